@@ -1,0 +1,249 @@
+package policy
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Defaults for keys a file leaves out.
+const (
+	DefaultProxyAddr     = "127.0.0.1:3128"
+	DefaultHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultSandbox       = "default" // the sandbox of clients no other sandbox claims
+)
+
+// DefaultPorts are the destination ports of allow rules that name none, when
+// network.ports is not set.
+var DefaultPorts = []uint16{80, 443}
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// DefaultYAML returns the embedded default configuration for coding agents:
+// package registries, GitHub and the main LLM APIs, everything else denied.
+func DefaultYAML() []byte { return slices.Clone(defaultYAML) }
+
+// Default parses the embedded default configuration. It cannot fail in a
+// released binary; tests make sure of it.
+func Default() (*Config, error) { return Parse("<embedded default>", defaultYAML) }
+
+// Load reads and parses the configuration file at path. See Parse.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes, validates and compiles one YAML configuration. filename is
+// used only in error messages. On failure it returns nil and every problem
+// found, each a *ConfigError naming file:line:col, the key path and what
+// was expected, joined with errors.Join.
+func Parse(filename string, data []byte) (*Config, error) {
+	d := &decoder{file: filename}
+	c := &Config{file: filename}
+	d.decodeYAML(data, c)
+	if len(d.errs) == 0 {
+		c.validate(d)
+	}
+	if len(d.errs) > 0 {
+		return nil, errors.Join(d.errs...)
+	}
+	c.compile()
+	return c, nil
+}
+
+var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// validate applies defaults and checks what single nodes cannot: references
+// between sections and keys that later versions will implement.
+func (c *Config) validate(d *decoder) {
+	if c.Listen.Proxy == "" {
+		c.Listen.Proxy = DefaultProxyAddr
+	}
+	if c.Listen.DNS != "" {
+		d.errorfAt(c.Listen.Pos, "listen.dns", "the DNS filter is not available in this version; remove the key")
+	}
+	if c.Mode == "" {
+		c.Mode = Enforce
+	}
+	if c.Limits.HeaderTimeout == 0 {
+		c.Limits.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.Limits.IdleTimeout == 0 {
+		c.Limits.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Audit.Output == "" {
+		c.Audit.Output = "stdout"
+	}
+	for _, name := range sortedKeys(c.Policies) {
+		p := c.Policies[name]
+		if p == nil {
+			p = &PolicySpec{}
+			c.Policies[name] = p
+		}
+		if !policyName.MatchString(name) {
+			d.errorfAt(p.Pos, "policies."+name, "policy names are lower-case letters, digits, - and _")
+		}
+		for _, kind := range []string{"allow", "deny"} {
+			rules := p.Allow
+			if kind == "deny" {
+				rules = p.Deny
+			}
+			for i, r := range rules {
+				if r.Host.Host.IsZero() {
+					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), "a rule needs a host")
+				}
+			}
+		}
+	}
+	seen := map[string]bool{}
+	owner := map[netip.Prefix]string{}
+	for i, s := range c.Sandboxes {
+		path := fmt.Sprintf("sandboxes[%d]", i)
+		switch {
+		case !policyName.MatchString(s.Name):
+			d.errorfAt(s.Pos, path+".name", "a sandbox needs a name of lower-case letters, digits, - and _")
+		case seen[s.Name]:
+			d.errorfAt(s.Pos, path+".name", "sandbox %q is defined twice", s.Name)
+		}
+		seen[s.Name] = true
+		if s.Policy == "" {
+			if _, ok := c.Policies[s.Name]; ok {
+				c.Sandboxes[i].Policy = s.Name
+			} else {
+				c.Sandboxes[i].Policy = DefaultSandbox
+			}
+		}
+		if _, ok := c.Policies[c.Sandboxes[i].Policy]; !ok {
+			d.errorfAt(s.Pos, path+".policy", "no policy named %q; define it under policies", c.Sandboxes[i].Policy)
+		}
+		if s.Limits.HeaderTimeout != 0 {
+			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
+		}
+		for _, p := range s.Clients {
+			if other, dup := owner[p.Prefix]; dup {
+				d.errorfAt(s.Pos, path+".clients", "%s is already a client range of sandbox %q", p.Prefix, other)
+			}
+			owner[p.Prefix] = s.Name
+		}
+	}
+}
+
+// errorfAt records an error found after decoding at p, a struct's Pos.
+func (d *decoder) errorfAt(p position, path, format string, args ...any) {
+	d.errs = append(d.errs, &ConfigError{File: d.file, Line: p.Line, Col: p.Col, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// compile builds the matchers of a validated Config.
+func (c *Config) compile() {
+	for _, p := range c.Network.AllowCIDRs {
+		c.addrs.Allow = append(c.addrs.Allow, p.Prefix)
+	}
+	for _, p := range c.Network.DenyCIDRs {
+		c.addrs.Deny = append(c.addrs.Deny, p.Prefix)
+	}
+	ports := DefaultPorts
+	if len(c.Network.Ports) > 0 {
+		ports = nil
+		for _, p := range c.Network.Ports {
+			ports = append(ports, uint16(p))
+		}
+	}
+	c.hosts = c.Network.Hosts
+	c.policies = make(map[string]*Policy, len(c.Policies))
+	for name, spec := range c.Policies {
+		c.policies[name] = compilePolicy(name, spec, ports)
+	}
+	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
+	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout}
+	for _, s := range c.Sandboxes {
+		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout}
+		if s.Limits.IdleTimeout != 0 {
+			sb.IdleTimeout = s.Limits.IdleTimeout
+		}
+		c.sandboxes[s.Name] = sb
+		for _, p := range s.Clients {
+			c.clients = append(c.clients, clientRoute{p.Prefix, sb})
+		}
+	}
+	// Longest prefix first, so the most specific client range wins.
+	sort.SliceStable(c.clients, func(i, j int) bool { return c.clients[i].prefix.Bits() > c.clients[j].prefix.Bits() })
+}
+
+// Sandbox is an identity with its compiled policy and limits.
+type Sandbox struct {
+	Name        string
+	Policy      *Policy       // nil: no policy, everything is denied
+	IdleTimeout time.Duration // CONNECT tunnel idle timeout
+}
+
+type clientRoute struct {
+	prefix netip.Prefix
+	sb     *Sandbox
+}
+
+// SandboxFor returns the sandbox of a client address: the sandbox whose
+// clients range contains it most specifically, else the "default" sandbox.
+// It never returns nil.
+func (c *Config) SandboxFor(client netip.Addr) *Sandbox {
+	client = client.Unmap()
+	for _, r := range c.clients {
+		if r.prefix.Contains(client) {
+			return r.sb
+		}
+	}
+	return c.sandboxes[DefaultSandbox]
+}
+
+// Sandbox returns the sandbox with the given name; "default" always exists.
+func (c *Config) Sandbox(name string) (*Sandbox, bool) {
+	sb, ok := c.sandboxes[name]
+	return sb, ok
+}
+
+// AddressRules returns the address rules (built-in list plus
+// network.allow_cidrs and network.deny_cidrs) every dialled address must pass.
+func (c *Config) AddressRules() *AddressRules { return &c.addrs }
+
+// StaticHost returns the fixed addresses network.hosts gives for h, if any.
+// Callers must check them with AddressRules like any DNS answer.
+func (c *Config) StaticHost(h Host) ([]netip.Addr, bool) {
+	a, ok := c.hosts[h.Name()]
+	return a, ok && !h.IsIP()
+}
+
+// WithAllowCIDRs returns a copy of c whose address rules also allow the
+// given prefixes (airlock run --allow-cidr). c is not changed.
+func (c *Config) WithAllowCIDRs(extra []netip.Prefix) *Config {
+	cp := *c
+	cp.addrs.Allow = append(slices.Clone(c.addrs.Allow), extra...)
+	return &cp
+}
+
+// File returns the file name the configuration was parsed from.
+func (c *Config) File() string { return c.file }
+
+// String summarises the configuration for logs: file, policies, sandboxes.
+func (c *Config) String() string {
+	return fmt.Sprintf("%s (policies: %s; sandboxes: %d)", c.file, strings.Join(sortedKeys(c.Policies), ", "), len(c.sandboxes))
+}

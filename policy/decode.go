@@ -1,0 +1,291 @@
+package policy
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ConfigError is one problem in a configuration file: where it is, which key,
+// and what was expected. Load and Parse return every ConfigError they find,
+// joined with errors.Join, in file order.
+type ConfigError struct {
+	File string // file name as given to Parse, or "<embedded default>"
+	Line int    // 1-based; 0 when the problem has no single place
+	Col  int    // 1-based
+	Path string // key path, e.g. "policies.default.allow[2].host"
+	Msg  string // what was wrong and what was expected
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
+	}
+	b.WriteString(": ")
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// position is the place of a YAML node; structs that embed a field of this
+// type named Pos get it filled with the place of their mapping.
+type position struct{ Line, Col int }
+
+// maxConfigErrors bounds how many errors one file reports.
+const maxConfigErrors = 50
+
+// decoder walks a yaml.Node tree into Go values by reflection, strictly:
+// unknown keys, duplicate keys, wrong YAML types, anchors and aliases are
+// errors that name the place and the key path. yaml.v3's own decoding names
+// lines but not columns or key paths, and cannot be made to reject
+// duplicate keys in structs, hence this walker.
+type decoder struct {
+	file string
+	errs []error
+}
+
+// nodeDecoder is implemented by config types that parse and validate their
+// own YAML node (host patterns, CIDRs, ports, durations...).
+type nodeDecoder interface {
+	decodeNode(d *decoder, n *yaml.Node, path string)
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	if len(d.errs) >= maxConfigErrors {
+		return
+	}
+	e := &ConfigError{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Col = n.Line, n.Column
+	}
+	d.errs = append(d.errs, e)
+}
+
+var (
+	nodeDecoderType = reflect.TypeFor[nodeDecoder]()
+	positionType    = reflect.TypeFor[position]()
+	durationType    = reflect.TypeFor[time.Duration]()
+)
+
+// decode fills v (a non-nil pointer) from n.
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		d.errorf(n, path, "YAML anchors and aliases are not supported; write the value out")
+		return
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(nodeDecoderType) {
+		if isNull(n) {
+			return
+		}
+		v.Addr().Interface().(nodeDecoder).decodeNode(d, n, path)
+		return
+	}
+	if isNull(n) {
+		return // key present with no value: keep the zero value
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		d.decode(n, v.Elem(), path)
+	case reflect.Struct:
+		d.decodeStruct(n, v, path)
+	case reflect.Map:
+		d.decodeMap(n, v, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, path, "expected a list, got %s", describe(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, c := range n.Content {
+			d.decode(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+		v.Set(s)
+	case reflect.String:
+		if !isScalar(n, "!!str") {
+			d.errorf(n, path, "expected a string, got %s; quote it if it is meant as text", describe(n))
+			return
+		}
+		v.SetString(n.Value)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(n.Value)
+		if !isScalar(n, "!!bool") || err != nil {
+			d.errorf(n, path, "expected true or false, got %s", describe(n))
+			return
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		if v.Type() == durationType {
+			d.decodeDuration(n, v, path)
+			return
+		}
+		i, err := strconv.ParseInt(n.Value, 0, 64)
+		if !isScalar(n, "!!int") || err != nil {
+			d.errorf(n, path, "expected a whole number, got %s", describe(n))
+			return
+		}
+		v.SetInt(i)
+	default:
+		// A programming error in the schema, not in the file.
+		panic("policy: cannot decode YAML into " + v.Type().String())
+	}
+}
+
+func (d *decoder) decodeDuration(n *yaml.Node, v reflect.Value, path string) {
+	dur, err := time.ParseDuration(n.Value)
+	if !isScalar(n, "!!str") || err != nil || dur < 0 {
+		d.errorf(n, path, "expected a duration such as 30s, 5m or 1h30m, got %s", describe(n))
+		return
+	}
+	v.SetInt(int64(dur))
+}
+
+// decodeStruct maps YAML keys to fields by their `yaml` tag.
+func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping of keys, got %s", describe(n))
+		return
+	}
+	t := v.Type()
+	fields := make(map[string]int, t.NumField())
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type == positionType && f.Name == "Pos" {
+			v.Field(i).Set(reflect.ValueOf(position{n.Line, n.Column}))
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" || tag == "-" || !f.IsExported() {
+			continue
+		}
+		fields[tag] = i
+		keys = append(keys, tag)
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		kp := join(path, k.Value)
+		if !isScalar(k, "!!str") {
+			d.errorf(k, path, "expected a key name, got %s", describe(k))
+			continue
+		}
+		if seen[k.Value] {
+			d.errorf(k, kp, "key is given twice; keep one")
+			continue
+		}
+		seen[k.Value] = true
+		fi, ok := fields[k.Value]
+		if !ok {
+			d.errorf(k, kp, "unknown key; expected one of: %s", strings.Join(keys, ", "))
+			continue
+		}
+		d.decode(val, v.Field(fi), kp)
+	}
+}
+
+// decodeMap decodes a mapping with string keys; key order is kept by the
+// caller where it matters (map values carry their own positions).
+func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping, got %s", describe(n))
+		return
+	}
+	if v.Type().Key().Kind() != reflect.String {
+		panic("policy: map keys must be strings")
+	}
+	if v.IsNil() {
+		v.Set(reflect.MakeMapWithSize(v.Type(), len(n.Content)/2))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if !isScalar(k, "!!str") || k.Value == "" {
+			d.errorf(k, path, "expected a name as key, got %s", describe(k))
+			continue
+		}
+		kp := join(path, k.Value)
+		key := reflect.ValueOf(k.Value).Convert(v.Type().Key())
+		if v.MapIndex(key).IsValid() {
+			d.errorf(k, kp, "key is given twice; keep one")
+			continue
+		}
+		elem := reflect.New(v.Type().Elem()).Elem()
+		d.decode(val, elem, kp)
+		v.SetMapIndex(key, elem)
+	}
+}
+
+// decodeYAML parses data (one YAML document) into v, a pointer to a struct.
+func (d *decoder) decodeYAML(data []byte, v any) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		line := 0
+		msg := err.Error()
+		// yaml.v3 syntax errors read "yaml: line N: ..."; lift N into the position.
+		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+			if num, tail, ok := strings.Cut(rest, ": "); ok {
+				if l, err := strconv.Atoi(num); err == nil {
+					line, msg = l, tail
+				}
+			}
+		}
+		d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Col: 1, Msg: "YAML syntax: " + msg})
+		return
+	}
+	if doc.Kind == 0 { // empty file
+		return
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		d.errorf(&doc, "", "expected one YAML document")
+		return
+	}
+	d.decode(doc.Content[0], reflect.ValueOf(v).Elem(), "")
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func isScalar(n *yaml.Node, tag string) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == tag
+}
+
+// describe names a node's YAML type and (short) value for error messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	v := n.Value
+	if len(v) > 40 {
+		v = v[:40] + "..."
+	}
+	kind := strings.TrimPrefix(n.ShortTag(), "!!")
+	if slices.Contains([]string{"str", "int", "float", "bool", "null"}, kind) {
+		return fmt.Sprintf("%s %q", kind, v)
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}

@@ -1,0 +1,329 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/publicsuffix"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is one validated configuration file: the YAML contract of
+// DESIGN.md ("Configuration contract") plus the matchers compiled from it.
+// A *Config is immutable once Parse returns it and is safe for concurrent
+// use; a reload builds a new one.
+type Config struct {
+	Listen    Listen                 `yaml:"listen"`
+	Mode      Mode                   `yaml:"mode"`
+	Network   Network                `yaml:"network"`
+	Limits    Limits                 `yaml:"limits"`
+	Policies  map[string]*PolicySpec `yaml:"policies"`
+	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
+	Audit     AuditSpec              `yaml:"audit"`
+
+	file      string
+	addrs     AddressRules
+	hosts     map[string][]netip.Addr
+	policies  map[string]*Policy
+	sandboxes map[string]*Sandbox
+	clients   []clientRoute
+}
+
+// Listen holds the listener addresses, each "host:port".
+type Listen struct {
+	Proxy ListenAddr `yaml:"proxy"` // HTTP proxy; default 127.0.0.1:3128
+	DNS   ListenAddr `yaml:"dns"`   // DNS listener; must be empty until dnsfilter lands
+	Admin ListenAddr `yaml:"admin"` // /healthz and /readyz; empty = off
+	Pos   position
+}
+
+// Mode says whether host-allowlist denials are enforced.
+type Mode string
+
+// Modes. Report mode (log would-be denials, allow them) comes with sandbox
+// identity and quotas; until then only Enforce is accepted.
+const Enforce Mode = "enforce"
+
+func (m *Mode) decodeNode(d *decoder, n *yaml.Node, path string) {
+	switch {
+	case isScalar(n, "!!str") && n.Value == string(Enforce):
+		*m = Enforce
+	case isScalar(n, "!!str") && n.Value == "report":
+		d.errorf(n, path, "report mode is not available in this version; use enforce")
+	default:
+		d.errorf(n, path, "expected enforce, got %s", describe(n))
+	}
+}
+
+// Network holds the address-level controls and how the proxy resolves names.
+type Network struct {
+	DenyCIDRs  []Prefix    `yaml:"deny_cidrs"`  // added to the built-in special-purpose list
+	AllowCIDRs []Prefix    `yaml:"allow_cidrs"` // explicit exceptions to the built-in list
+	Ports      []Port      `yaml:"ports"`       // default ports for rules that name none; default [80, 443]
+	Resolvers  []Resolver  `yaml:"resolvers"`   // "IP" or "IP:port"; empty = the system resolver
+	Hosts      StaticHosts `yaml:"hosts"`       // name -> address(es), checked like any DNS answer
+}
+
+// Limits holds timeouts. Top-level values are the defaults; a sandbox's
+// limits override them where set.
+type Limits struct {
+	// HeaderTimeout bounds reading a request's header; default 10s. Top level
+	// only: the sandbox is not known until the header is read.
+	HeaderTimeout time.Duration `yaml:"header_timeout"`
+	// IdleTimeout closes a CONNECT tunnel after this long with no bytes in
+	// either direction, and idle client keep-alive connections; default 5m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// PolicySpec is one named policy: allow and deny rules. Deny always wins.
+type PolicySpec struct {
+	Allow []Rule `yaml:"allow"`
+	Deny  []Rule `yaml:"deny"`
+	Pos   position
+}
+
+// Rule matches destinations by host and port, and for plain HTTP requests
+// (and, once interception exists, requests inside TLS) by method and path.
+type Rule struct {
+	Host    HostPattern   `yaml:"host"`    // required
+	Ports   []Port        `yaml:"ports"`   // allow: default network.ports; deny: any port
+	Methods []Method      `yaml:"methods"` // omitted = any
+	Paths   []PathPattern `yaml:"paths"`   // omitted = any
+	Pos     position
+}
+
+// SandboxSpec names an identity and the policy it uses.
+type SandboxSpec struct {
+	Name    string   `yaml:"name"`
+	Policy  string   `yaml:"policy"`  // default: a policy with the sandbox's name, else "default"
+	Clients []Prefix `yaml:"clients"` // source CIDRs that are this sandbox
+	Limits  Limits   `yaml:"limits"`
+	Pos     position
+}
+
+// AuditSpec says where audit events go.
+type AuditSpec struct {
+	Output string `yaml:"output"` // "stdout" (default), "stderr" or a file path
+}
+
+// HostPattern is a rule's host: a canonical name, an IP literal, or
+// "*.name" (any name below name, at any depth, but not name itself).
+type HostPattern struct {
+	Host     Host
+	Wildcard bool
+}
+
+func (p HostPattern) String() string {
+	if p.Wildcard {
+		return "*." + p.Host.String()
+	}
+	return p.Host.String()
+}
+
+func (p *HostPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if !isScalar(n, "!!str") {
+		d.errorf(n, path, "expected a host name, IP address or *.domain, got %s", describe(n))
+		return
+	}
+	h, wild, err := ParseHostPattern(n.Value)
+	if err != nil {
+		d.errorf(n, path, "%v; write a host name (api.github.com), an IP address or *.domain", err)
+		return
+	}
+	if wild {
+		// A wildcard at or above a public suffix (*.com, *.co.uk,
+		// *.github.io) would allow names anybody can register.
+		suffix, _ := publicsuffix.PublicSuffix(h.Name())
+		if suffix == h.Name() {
+			d.errorf(n, path, "%q is a public suffix wildcard: anyone can register names under %q; list the hosts you need", n.Value, h.Name())
+			return
+		}
+	}
+	*p = HostPattern{Host: h, Wildcard: wild}
+}
+
+// Port is a TCP port, 1 to 65535.
+type Port uint16
+
+func (p *Port) decodeNode(d *decoder, n *yaml.Node, path string) {
+	v, err := strconv.ParseUint(n.Value, 10, 16)
+	if !isScalar(n, "!!int") || err != nil || v == 0 {
+		d.errorf(n, path, "expected a port number from 1 to 65535, got %s", describe(n))
+		return
+	}
+	*p = Port(v)
+}
+
+// Prefix is a CIDR ("10.1.2.3/32", "2001:db8::/32"); a bare address means
+// its single-address prefix.
+type Prefix struct{ netip.Prefix }
+
+func (p *Prefix) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if !isScalar(n, "!!str") {
+		d.errorf(n, path, "expected a CIDR such as 10.1.2.3/32, got %s", describe(n))
+		return
+	}
+	var pfx netip.Prefix
+	var err error
+	if strings.Contains(n.Value, "/") {
+		pfx, err = netip.ParsePrefix(n.Value)
+	} else {
+		var a netip.Addr
+		a, err = netip.ParseAddr(n.Value)
+		if err == nil {
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+	}
+	if err != nil || pfx.Addr().Zone() != "" {
+		d.errorf(n, path, "%q is not a CIDR; expected an address and prefix length such as 10.1.2.3/32 or 2001:db8::/32", n.Value)
+		return
+	}
+	if pfx != pfx.Masked() {
+		d.errorf(n, path, "%q has host bits set; did you mean %s?", n.Value, pfx.Masked())
+		return
+	}
+	p.Prefix = pfx
+}
+
+// Method is an HTTP request method token (RFC 9110 §9.1), case-sensitive.
+type Method string
+
+func (m *Method) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if !isScalar(n, "!!str") || n.Value == "" || !isToken(n.Value) {
+		d.errorf(n, path, "expected an HTTP method such as GET, got %s", describe(n))
+		return
+	}
+	if strings.ToUpper(n.Value) != n.Value {
+		d.errorf(n, path, "HTTP methods are case-sensitive (RFC 9110 §9.1); write %q", strings.ToUpper(n.Value))
+		return
+	}
+	*m = Method(n.Value)
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// PathPattern matches a request path segment by segment: "*" is exactly one
+// segment, "**" any number of segments (zero or more), anything else a
+// literal segment compared after percent-decoding.
+type PathPattern struct {
+	raw  string
+	segs []string
+}
+
+func (p PathPattern) String() string { return p.raw }
+
+func (p *PathPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if !isScalar(n, "!!str") || !strings.HasPrefix(n.Value, "/") {
+		d.errorf(n, path, "expected a path starting with /, such as /repos/acme/**, got %s", describe(n))
+		return
+	}
+	segs := strings.Split(n.Value[1:], "/")
+	for _, s := range segs {
+		switch {
+		case s == "*" || s == "**":
+		case strings.Contains(s, "*"):
+			d.errorf(n, path, "%q: * and ** must be whole segments (/a/*/b, /a/**)", n.Value)
+			return
+		case s == "." || s == ".." || strings.Contains(s, "%"):
+			d.errorf(n, path, "%q: write the path without dot-segments or percent-encoding", n.Value)
+			return
+		}
+	}
+	*p = PathPattern{raw: n.Value, segs: segs}
+}
+
+// Resolver is a DNS server the proxy uses for its own lookups.
+type Resolver struct{ netip.AddrPort }
+
+func (r *Resolver) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if isScalar(n, "!!str") {
+		if ap, err := netip.ParseAddrPort(n.Value); err == nil && ap.Port() != 0 && ap.Addr().Zone() == "" {
+			r.AddrPort = ap
+			return
+		}
+		if a, err := netip.ParseAddr(n.Value); err == nil && a.Zone() == "" {
+			r.AddrPort = netip.AddrPortFrom(a, 53)
+			return
+		}
+	}
+	d.errorf(n, path, "expected a resolver address such as 10.0.0.2 or 10.0.0.2:53 (an IP, not a name), got %s", describe(n))
+}
+
+// StaticHosts maps canonical names to fixed addresses, like /etc/hosts.
+// YAML values are one address or a list of them.
+type StaticHosts map[string][]netip.Addr
+
+func (s *StaticHosts) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping of host name to IP address, got %s", describe(n))
+		return
+	}
+	m := make(StaticHosts, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		kp := join(path, k.Value)
+		h, err := ParseHost(k.Value)
+		if err != nil || h.IsIP() {
+			d.errorf(k, kp, "expected a host name as key, got %s", describe(k))
+			continue
+		}
+		if _, dup := m[h.Name()]; dup {
+			d.errorf(k, kp, "host is given twice; keep one")
+			continue
+		}
+		vals := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			vals = v.Content
+		}
+		if len(vals) == 0 {
+			d.errorf(v, kp, "expected at least one IP address")
+			continue
+		}
+		for _, vn := range vals {
+			a, err := netip.ParseAddr(vn.Value)
+			if !isScalar(vn, "!!str") || err != nil || a.Zone() != "" {
+				d.errorf(vn, kp, "expected an IP address such as 192.0.2.10, got %s", describe(vn))
+				continue
+			}
+			m[h.Name()] = append(m[h.Name()], a)
+		}
+	}
+	*s = m
+}
+
+// ListenAddr is a listener address "IP:port" or ":port" (all interfaces).
+type ListenAddr string
+
+func (l *ListenAddr) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if err := checkListenAddr(n.Value); !isScalar(n, "!!str") || err != nil {
+		d.errorf(n, path, "expected a listen address such as 127.0.0.1:3128 or 0.0.0.0:3128, got %s", describe(n))
+		return
+	}
+	*l = ListenAddr(n.Value)
+}
+
+// checkListenAddr accepts "IP:port", "[IPv6]:port" and ":port".
+func checkListenAddr(s string) error {
+	if rest, ok := strings.CutPrefix(s, ":"); ok {
+		_, err := strconv.ParseUint(rest, 10, 16)
+		return err
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err == nil && ap.Addr().Zone() != "" {
+		err = fmt.Errorf("zoned address")
+	}
+	return err
+}
+
+func (p Port) String() string { return strconv.Itoa(int(p)) }
