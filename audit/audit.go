@@ -1,0 +1,167 @@
+// Package audit writes Airlock's audit log: one JSON object per line, one
+// line per HTTP request and one per CONNECT tunnel (written when it closes).
+//
+// Field names follow the OpenTelemetry semantic conventions where one
+// exists (client.address, http.request.method, url.scheme, server.address,
+// server.port, url.path, url.query, http.response.status_code,
+// network.peer.address, error.type); the rest are Airlock's own (event,
+// sandbox, decision, reason, rule, intercepted, bytes_sent, bytes_received,
+// duration_ms). The package writes only what an Event holds: it never sees
+// headers, so no credential, placeholder or session token can reach a line.
+// Query strings are reduced to their keys by QueryKeys before they get here.
+package audit
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Event kinds, the value of the "event" field.
+const (
+	KindRequest = "http.request" // one HTTP request forwarded or refused
+	KindTunnel  = "tunnel"       // one CONNECT tunnel, written when it closes or is refused
+)
+
+// Event is one audit record. Zero-valued optional fields are left out of
+// the line.
+type Event struct {
+	Kind     string    // KindRequest or KindTunnel
+	Start    time.Time // when the request was received; the line's "time"
+	Sandbox  string    // sandbox name
+	Client   netip.AddrPort
+	Method   string // http.request.method; "CONNECT" for tunnels
+	Scheme   string // url.scheme: "http", "https"; empty for tunnels
+	Host     string // server.address: the canonical host decided on
+	Port     uint16 // server.port
+	Path     string // url.path, as received (percent-encoded)
+	Query    string // url.query: keys only, see QueryKeys
+	Status   int    // http.response.status_code sent to the client
+	Decision string // "allow" or "deny"
+	Reason   string // machine-readable reason (policy.Reason, or a proxy reason)
+	Rule     string // config path of the deciding rule
+	// Intercepted is true when Airlock terminated TLS to see the request.
+	Intercepted bool
+	Peer        netip.Addr // network.peer.address: the upstream address actually connected
+	ErrorType   string     // error.type: class of upstream failure, e.g. "connection_refused"
+	// BytesSent counts body (or tunnel) bytes from the client to the
+	// upstream; BytesReceived from the upstream to the client.
+	BytesSent     int64
+	BytesReceived int64
+	Duration      time.Duration // from Start until the response or tunnel finished
+}
+
+// Logger writes Events as JSON lines. It is safe for concurrent use: each
+// Event is one Write call on the underlying writer.
+type Logger struct {
+	zl     zerolog.Logger
+	closer io.Closer
+}
+
+// New returns a Logger writing to w.
+func New(w io.Writer) *Logger {
+	return &Logger{zl: zerolog.New(w)}
+}
+
+// Open returns a Logger for an audit.output setting: "stdout", "stderr" or
+// a file path (created 0600 if missing, appended to). Close the Logger to
+// close a file.
+func Open(output string) (*Logger, error) {
+	switch output {
+	case "", "stdout":
+		return New(os.Stdout), nil
+	case "stderr":
+		return New(os.Stderr), nil
+	}
+	f, err := os.OpenFile(output, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	l := New(f)
+	l.closer = f
+	return l, nil
+}
+
+// Close closes the log file, if Open opened one.
+func (l *Logger) Close() error {
+	if l.closer != nil {
+		return l.closer.Close()
+	}
+	return nil
+}
+
+// Log writes e as one line.
+func (l *Logger) Log(e *Event) {
+	ev := l.zl.Log().
+		Time("time", e.Start.UTC()).
+		Str("event", e.Kind).
+		Str("sandbox", e.Sandbox).
+		Str("decision", e.Decision).
+		Str("reason", e.Reason)
+	if e.Client.IsValid() {
+		ev = ev.Str("client.address", e.Client.Addr().Unmap().String()).Uint16("client.port", e.Client.Port())
+	}
+	ev = ev.Str("http.request.method", e.Method)
+	if e.Scheme != "" {
+		ev = ev.Str("url.scheme", e.Scheme)
+	}
+	ev = ev.Str("server.address", e.Host).Uint16("server.port", e.Port)
+	if e.Path != "" {
+		ev = ev.Str("url.path", e.Path)
+	}
+	if e.Query != "" {
+		ev = ev.Str("url.query", e.Query)
+	}
+	if e.Status != 0 {
+		ev = ev.Int("http.response.status_code", e.Status)
+	}
+	if e.Rule != "" {
+		ev = ev.Str("rule", e.Rule)
+	}
+	if e.Peer.IsValid() {
+		ev = ev.Str("network.peer.address", e.Peer.Unmap().String())
+	}
+	if e.ErrorType != "" {
+		ev = ev.Str("error.type", e.ErrorType)
+	}
+	ev.Bool("intercepted", e.Intercepted).
+		Int64("bytes_sent", e.BytesSent).
+		Int64("bytes_received", e.BytesReceived).
+		Float64("duration_ms", float64(e.Duration.Microseconds())/1000).
+		Send()
+}
+
+// QueryKeys reduces a raw query string to its keys, in order, joined by
+// "&" ("a=1&b=secret" -> "a&b"), so that no query value (tokens, signed
+// URL signatures) reaches the log. Keys are unescaped where possible and
+// cut to 64 bytes each; at most 32 keys are kept.
+func QueryKeys(rawQuery string) string {
+	if rawQuery == "" {
+		return ""
+	}
+	var keys []string
+	for part := range strings.SplitSeq(rawQuery, "&") {
+		if part == "" {
+			continue
+		}
+		if len(keys) == 32 {
+			keys = append(keys, "...")
+			break
+		}
+		k, _, _ := strings.Cut(part, "=")
+		if u, err := url.QueryUnescape(k); err == nil {
+			k = u
+		}
+		if len(k) > 64 {
+			k = k[:64]
+		}
+		keys = append(keys, url.QueryEscape(k))
+	}
+	return strings.Join(keys, "&")
+}
