@@ -1,0 +1,130 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/airlockhq/airlock/audit"
+)
+
+// DecisionHeader is the response header that carries the machine-readable
+// reason of a refusal ("host_not_allowed", "address_blocked", ...).
+const DecisionHeader = "X-Airlock-Decision"
+
+var syscallECONNREFUSED = syscall.ECONNREFUSED
+
+// denyBody is the text an agent reads when Airlock refuses a destination:
+// what was refused, why, and that another route will not work.
+func denyBody(host, reason, sandbox string) string {
+	if host == "" {
+		host = "(unknown)"
+	}
+	return fmt.Sprintf("Airlock denied this request.\n"+
+		"host: %s\nreason: %s\nsandbox: %s\n"+
+		"%s\n"+
+		"Airlock is this sandbox's only route to the network, so retrying through another proxy, address or protocol will not work. "+
+		"If this destination is needed, ask the operator to add it to the Airlock policy.\n",
+		host, reason, sandbox, explain(reason))
+}
+
+func explain(reason string) string {
+	switch reason {
+	case "host_not_allowed":
+		return "The host is not on the allowlist."
+	case "port_not_allowed":
+		return "The host is allowed, but not on this port."
+	case "method_not_allowed":
+		return "The host is allowed, but not this HTTP method."
+	case "path_not_allowed":
+		return "The host is allowed, but not this path."
+	case "denied_by_rule":
+		return "A deny rule matches this destination."
+	case "address_blocked":
+		return "The host is, or resolves to, an internal, loopback, link-local, cloud-metadata or reserved address."
+	case "interception_required":
+		return "Method or path rules apply to this host, and this version cannot enforce them inside an HTTPS tunnel."
+	case "path_not_canonical":
+		return "The path has dot-segments, empty segments or encoded slashes; send it in canonical form."
+	case "no_policy":
+		return "This sandbox has no policy, so everything is denied."
+	case "proxy_loop":
+		return "The destination is Airlock itself."
+	}
+	return ""
+}
+
+// writeDecision writes a plain-text refusal with the decision header.
+func writeDecision(w http.ResponseWriter, status int, reason, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set(DecisionHeader, reason)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// cannedResponse builds a response to r with a plain-text body, for
+// goproxy to write to the client in place of an upstream response.
+func cannedResponse(r *http.Request, status int, reason, body string) *http.Response {
+	h := make(http.Header)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set(DecisionHeader, reason)
+	return &http.Response{
+		StatusCode:    status,
+		Status:        fmt.Sprintf("%d %s", status, http.StatusText(status)),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       r,
+	}
+}
+
+// hopByHop are the connection-specific header fields a proxy must not
+// forward (RFC 9110 §7.6.1), plus Proxy-Authorization and
+// Proxy-Authenticate, which are for Airlock alone, and the obsolete
+// Proxy-Connection some clients still send. Upgrade is removed too:
+// protocol upgrades through the plain-HTTP path are not supported.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// removeHopByHop deletes hop-by-hop fields and every field that the
+// Connection header names.
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+}
+
+// withPeerTrace records the upstream address of the connection a request
+// is sent on (new or reused) in ev.Peer.
+func withPeerTrace(ctx context.Context, ev *audit.Event) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if ap, err := netip.ParseAddrPort(info.Conn.RemoteAddr().String()); err == nil {
+				ev.Peer = ap.Addr()
+			}
+		},
+	})
+}

@@ -1,0 +1,383 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/policy"
+)
+
+// Proxy reasons: decisions the proxy makes about a request's form, on top
+// of policy.Reason values.
+const (
+	reasonNotProxyRequest   = "not_a_proxy_request" // origin-form request sent to the proxy
+	reasonUnsupportedScheme = "unsupported_scheme"  // absolute-form with a scheme other than http/https
+	reasonInvalidHost       = "invalid_host"        // the authority is not a canonicalisable host:port
+	reasonInvalidRequest    = "invalid_request"     // userinfo in the URL, or an unsupported CONNECT
+	reasonProxyLoop         = "proxy_loop"          // the destination is Airlock itself
+	reasonUpstreamError     = "upstream_error"      // allowed, but the upstream could not be reached
+)
+
+// DialTimeout bounds each upstream TCP connect attempt.
+const DialTimeout = 10 * time.Second
+
+// Server is the HTTP forward proxy. It implements http.Handler; serve it
+// with an http.Server from NewHTTPServer so the header timeout applies.
+type Server struct {
+	cfg    atomic.Pointer[policy.Config]
+	log    *audit.Logger
+	errlog *slog.Logger
+	dialer *dialer
+	gp     *goproxy.ProxyHttpServer
+	tr     *http.Transport
+
+	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
+	// their audit lines are written) before the process exits.
+	tunnelCtx    context.Context
+	closeTunnels context.CancelFunc
+	tunnels      sync.WaitGroup
+}
+
+// New returns a Server enforcing cfg and writing audit events to log.
+// errlog receives operational messages (never request data); nil
+// discards them.
+func New(cfg *policy.Config, log *audit.Logger, errlog *slog.Logger) (*Server, error) {
+	if errlog == nil {
+		errlog = slog.New(slog.DiscardHandler)
+	}
+	var resolvers []netip.AddrPort
+	for _, r := range cfg.Network.Resolvers {
+		resolvers = append(resolvers, r.AddrPort)
+	}
+	s := &Server{log: log, errlog: errlog, dialer: newDialer(resolvers, DialTimeout)}
+	s.cfg.Store(cfg)
+	s.tunnelCtx, s.closeTunnels = context.WithCancel(context.Background())
+
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	s.tr = &http.Transport{
+		Proxy:                 nil, // never proxy-from-environment: we are the egress
+		DialContext:           s.dialer.dialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		// Size the upstream pool for the concurrency served: Go's default
+		// of 2 idle connections per host makes a busy proxy redial.
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		DisableCompression:  true, // pass the client's Accept-Encoding through untouched
+	}
+
+	gp := goproxy.NewProxyHttpServer()
+	gp.Tr = s.tr
+	gp.ConnectDial = nil
+	gp.KeepAcceptEncoding = true
+	gp.Logger = slogPrintf{errlog}
+	// Fail closed: a CONNECT is handled by Server.serveConnect and never
+	// reaches goproxy; if one ever does, goproxy must refuse it rather than
+	// use its default (accept and tunnel).
+	gp.OnRequest().HandleConnectFunc(func(string, *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return goproxy.RejectConnect, ""
+	})
+	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "airlock: not a proxy request", http.StatusBadRequest)
+	})
+	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+		ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)
+		return r, nil
+	})
+	gp.OnResponse().DoFunc(func(resp *http.Response, _ *goproxy.ProxyCtx) *http.Response {
+		if resp != nil {
+			removeHopByHop(resp.Header)
+		}
+		return resp
+	})
+	s.gp = gp
+	return s, nil
+}
+
+// Config returns the configuration in force.
+func (s *Server) Config() *policy.Config { return s.cfg.Load() }
+
+// SetListenAddrs tells the proxy its own listener addresses, so that a
+// request aimed back at Airlock is refused (proxy_loop) instead of looping.
+func (s *Server) SetListenAddrs(addrs []netip.AddrPort) { s.dialer.setSelf(addrs) }
+
+// NewHTTPServer returns an http.Server for s with the configured header
+// read timeout and client keep-alive idle timeout.
+func (s *Server) NewHTTPServer() *http.Server {
+	cfg := s.cfg.Load()
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: cfg.Limits.HeaderTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.errlog.Handler(), slog.LevelWarn),
+	}
+}
+
+// Shutdown closes open tunnels and waits for their audit lines to be
+// written, or for ctx to end. Call it after http.Server.Shutdown.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closeTunnels()
+	done := make(chan struct{})
+	go func() { s.tunnels.Wait(); close(done) }()
+	select {
+	case <-done:
+		s.tr.CloseIdleConnections()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ServeHTTP identifies the sandbox, checks the request's form, decides on
+// the host before any DNS lookup, and then refuses, forwards or tunnels.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg.Load()
+	client, _ := netip.ParseAddrPort(r.RemoteAddr)
+	sb := cfg.SandboxFor(client.Addr())
+	ev := &audit.Event{
+		Start:   time.Now(),
+		Sandbox: sb.Name,
+		Client:  client,
+		Method:  r.Method,
+	}
+	if r.Method == http.MethodConnect {
+		ev.Kind = audit.KindTunnel
+		s.serveConnect(w, r, cfg, sb, ev)
+		return
+	}
+	ev.Kind = audit.KindRequest
+	s.serveHTTP(w, r, cfg, sb, ev)
+}
+
+// serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
+	cw := &countingWriter{ResponseWriter: w}
+	defer func() {
+		ev.Status = cw.status
+		ev.BytesReceived = cw.n
+		ev.Duration = time.Since(ev.Start)
+		s.log.Log(ev)
+	}()
+	ev.Path = r.URL.EscapedPath()
+	ev.Query = audit.QueryKeys(r.URL.RawQuery)
+
+	if !r.URL.IsAbs() || r.URL.Host == "" {
+		ev.Path, ev.Query = "", ""
+		s.refuse(cw, ev, http.StatusBadRequest, reasonNotProxyRequest, "",
+			"Airlock is a forward proxy: send absolute-form requests (set HTTP_PROXY/HTTPS_PROXY to this address).")
+		return
+	}
+	scheme := strings.ToLower(r.URL.Scheme)
+	ev.Scheme = scheme
+	var defaultPort uint16
+	switch scheme {
+	case "http":
+		defaultPort = 80
+	case "https":
+		defaultPort = 443
+	default:
+		ev.Host = r.URL.Hostname()
+		s.refuse(cw, ev, http.StatusBadRequest, reasonUnsupportedScheme, "",
+			fmt.Sprintf("Airlock forwards http and https URLs only, not %q.", scheme))
+		return
+	}
+	if r.URL.User != nil {
+		s.refuse(cw, ev, http.StatusBadRequest, reasonInvalidRequest, "",
+			"Credentials in the URL (user:password@) are not forwarded; remove them.")
+		return
+	}
+	h, port, err := policy.ParseAuthority(r.URL.Host, defaultPort)
+	if err != nil {
+		s.refuse(cw, ev, http.StatusBadRequest, reasonInvalidHost, "", err.Error()+".")
+		return
+	}
+	ev.Host, ev.Port = h.String(), port
+
+	d := explainIP(cfg, h, sb.Policy.DecideRequest(h, port, r.Method, r.URL.EscapedPath()))
+	ev.Rule = d.Rule
+	if !d.Allow {
+		s.deny(cw, ev, string(d.Reason))
+		return
+	}
+	ev.Decision, ev.Reason = "allow", string(d.Reason)
+
+	// One canonical authority: the upstream sees exactly the host and port
+	// the decision was made on. A Host header that disagrees with the
+	// absolute URI never leaves Airlock: net/http drops it when it reads an
+	// absolute-form request, as RFC 9112 §3.2.2 requires of a proxy.
+	r.URL.Scheme = scheme
+	r.URL.Host = authority(h, port)
+	r.Host = r.URL.Host
+	if (scheme == "http" && port == 80) || (scheme == "https" && port == 443) {
+		r.Host = strings.TrimSuffix(r.Host, fmt.Sprintf(":%d", port))
+	}
+	removeHopByHop(r.Header)
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countingReader{ReadCloser: r.Body, n: &ev.BytesSent}
+	}
+	ctx := context.WithValue(r.Context(), configKey{}, cfg)
+	ctx = context.WithValue(ctx, eventKey{}, ev)
+	s.gp.ServeHTTP(cw, r.WithContext(ctx))
+}
+
+type eventKey struct{}
+
+// explainIP reports a refused IP literal that the address rules block as
+// address_blocked rather than host_not_allowed: it is the reason that
+// matters (169.254.169.254 is refused whatever the allowlist says). Pure:
+// no DNS is involved.
+func explainIP(cfg *policy.Config, h policy.Host, d policy.Decision) policy.Decision {
+	if !d.Allow && h.IsIP() && cfg.AddressRules().Check(h.Addr()) != nil {
+		return policy.Decision{Reason: policy.AddressBlocked}
+	}
+	return d
+}
+
+// roundTrip sends a decided request upstream through the guarded
+// transport. It never returns an error to goproxy (which would echo it to
+// the client): a blocked address becomes a 403, anything else a 502 that
+// names no internal address.
+func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
+	ev, _ := r.Context().Value(eventKey{}).(*audit.Event)
+	if ev == nil {
+		ev = new(audit.Event)
+	}
+	r = r.WithContext(withPeerTrace(r.Context(), ev))
+	resp, err := s.tr.RoundTrip(r)
+	if err == nil {
+		return resp, nil
+	}
+	reason, status, msg := classifyDialError(err)
+	ev.Reason = reason
+	if status == http.StatusForbidden {
+		ev.Decision = "deny"
+		return cannedResponse(r, status, reason, denyBody(ev.Host, reason, ev.Sandbox)), nil
+	}
+	ev.ErrorType = errorType(err)
+	s.errlog.Debug("upstream request failed", "host", ev.Host, "error.type", ev.ErrorType)
+	return cannedResponse(r, status, reason, msg), nil
+}
+
+// classifyDialError maps an upstream failure to a reason, a status and a
+// message for the client that names no address.
+func classifyDialError(err error) (reason string, status int, msg string) {
+	var blocked *policy.BlockedAddrError
+	switch {
+	case errors.As(err, &blocked):
+		return string(policy.AddressBlocked), http.StatusForbidden, ""
+	case errors.Is(err, errSelf):
+		return reasonProxyLoop, http.StatusForbidden, ""
+	}
+	var re *resolveError
+	if errors.As(err, &re) {
+		return reasonUpstreamError, http.StatusBadGateway, "Airlock could not resolve the upstream host.\n"
+	}
+	return reasonUpstreamError, http.StatusBadGateway, "Airlock could not reach the upstream server.\n"
+}
+
+// errorType names the class of an upstream failure for the audit log
+// (OpenTelemetry error.type), without the message, which may hold a URL.
+func errorType(err error) string {
+	var re *resolveError
+	var ne net.Error
+	switch {
+	case errors.As(err, &re):
+		return "dns"
+	case errors.Is(err, syscallECONNREFUSED):
+		return "connection_refused"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection_closed"
+	}
+	var te *tls.CertificateVerificationError
+	if errors.As(err, &te) {
+		return "tls_certificate"
+	}
+	return "other"
+}
+
+// refuse answers a malformed request with status and writes nothing
+// upstream.
+func (s *Server) refuse(w http.ResponseWriter, ev *audit.Event, status int, reason, rule, msg string) {
+	ev.Decision, ev.Reason, ev.Rule = "deny", reason, rule
+	writeDecision(w, status, reason, msg+"\n")
+}
+
+// deny answers a policy denial with 403.
+func (s *Server) deny(w http.ResponseWriter, ev *audit.Event, reason string) {
+	ev.Decision, ev.Reason = "deny", reason
+	writeDecision(w, http.StatusForbidden, reason, denyBody(ev.Host, reason, ev.Sandbox))
+}
+
+// countingWriter records the status and body bytes written to the client.
+type countingWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.status == 0 && code >= 200 {
+		c.status = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// countingReader counts request body bytes read.
+type countingReader struct {
+	io.ReadCloser
+	n *int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	*c.n += int64(n)
+	return n, err
+}
+
+// slogPrintf adapts goproxy's Printf logger to slog at debug level.
+type slogPrintf struct{ l *slog.Logger }
+
+func (p slogPrintf) Printf(format string, v ...any) {
+	p.l.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "goproxy")
+}

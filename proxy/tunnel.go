@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/policy"
+)
+
+// serveConnect handles CONNECT (RFC 9110 §9.3.6): decide on the authority
+// before any DNS lookup, dial a checked address, then copy bytes both ways
+// until either side closes or the tunnel is idle too long.
+//
+// Opaque tunnels are Airlock's own code rather than goproxy's
+// ConnectAccept: goproxy reports neither the bytes moved nor when a tunnel
+// closes (the audit line needs both) and has no idle timeout. TLS
+// interception, when it lands, is handed to goproxy.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
+	logged := false
+	defer func() {
+		if !logged {
+			ev.Duration = time.Since(ev.Start)
+			s.log.Log(ev)
+		}
+	}()
+	h, port, err := policy.ParseAuthority(r.Host, 0)
+	if err != nil {
+		ev.Status = http.StatusBadRequest
+		s.refuse(w, ev, ev.Status, reasonInvalidHost, "", err.Error()+"; CONNECT needs host:port.")
+		return
+	}
+	ev.Host, ev.Port = h.String(), port
+
+	d := explainIP(cfg, h, sb.Policy.Decide(h, port))
+	ev.Rule = d.Rule
+	switch {
+	case !d.Allow:
+		ev.Status = http.StatusForbidden
+		s.deny(w, ev, string(d.Reason))
+		return
+	case d.Inspect:
+		ev.Status = http.StatusForbidden
+		s.deny(w, ev, string(policy.InterceptionRequired))
+		return
+	}
+	ev.Decision, ev.Reason = "allow", string(d.Reason)
+
+	hj, ok := w.(http.Hijacker)
+	if !ok || r.ProtoMajor != 1 {
+		ev.Status = http.StatusBadRequest
+		s.refuse(w, ev, ev.Status, reasonInvalidRequest, d.Rule, "Airlock tunnels CONNECT over HTTP/1.1 only.")
+		return
+	}
+
+	dctx, cancel := context.WithTimeout(r.Context(), DialTimeout)
+	upstream, err := s.dialer.dial(dctx, cfg, h, port)
+	cancel()
+	if err != nil {
+		reason, status, msg := classifyDialError(err)
+		ev.Status, ev.Reason = status, reason
+		if status == http.StatusForbidden {
+			s.deny(w, ev, reason)
+			return
+		}
+		ev.ErrorType = errorType(err)
+		writeDecision(w, status, reason, msg)
+		return
+	}
+	if ap, err := netip.ParseAddrPort(upstream.RemoteAddr().String()); err == nil {
+		ev.Peer = ap.Addr()
+	}
+
+	clientConn, rw, err := hj.Hijack()
+	if err != nil {
+		upstream.Close()
+		ev.Status, ev.Reason, ev.ErrorType = http.StatusInternalServerError, reasonUpstreamError, "hijack"
+		return
+	}
+	ev.Status = http.StatusOK
+	if _, err := io.WriteString(clientConn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		clientConn.Close()
+		upstream.Close()
+		return
+	}
+
+	// From here the tunnel runs on its own; its audit line is written when
+	// it closes.
+	logged = true
+	s.tunnels.Add(1)
+	go func() {
+		defer s.tunnels.Done()
+		sent, received := s.pipe(clientConn, rw.Reader, upstream, sb.IdleTimeout)
+		ev.BytesSent, ev.BytesReceived = sent, received
+		ev.Duration = time.Since(ev.Start)
+		s.log.Log(ev)
+	}()
+}
+
+// tunnelChunk is how many bytes one copy step may move before the idle
+// clock is consulted again.
+const tunnelChunk = 1 << 20
+
+// pipe copies between client and upstream until both directions finish,
+// the tunnel is idle for idle, or the server shuts down. It returns the
+// bytes moved client->upstream and upstream->client.
+//
+// Both ends are TCP connections, so io.Copy uses the kernel's splice path
+// (net.TCPConn.ReadFrom): no user-space buffer of ours carries the data.
+// The copy moves at most tunnelChunk bytes per step under a read deadline,
+// so idleness is judged across both directions: a long download with a
+// silent client is not idle.
+func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCPConn, idle time.Duration) (sent, received int64) {
+	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
+	last.Store(time.Now().UnixNano())
+
+	// Bytes the client sent right behind its CONNECT (a pipelined TLS
+	// ClientHello) are already in the HTTP server's buffer.
+	if n := buffered.Buffered(); n > 0 {
+		b, _ := buffered.Peek(n)
+		m, err := upstream.Write(b)
+		sent += int64(m)
+		if err != nil {
+			client.Close()
+			upstream.Close()
+			return sent, 0
+		}
+	}
+
+	clientTCP, _ := client.(*net.TCPConn)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	var up, down int64
+	go func() {
+		defer wg.Done()
+		up = copyIdle(upstream, client, clientTCP, &last, idle)
+	}()
+	go func() {
+		defer wg.Done()
+		down = copyIdle(client, upstream, upstream, &last, idle)
+	}()
+
+	stop := context.AfterFunc(s.tunnelCtx, func() {
+		client.Close()
+		upstream.Close()
+	})
+	wg.Wait()
+	stop()
+	client.Close()
+	upstream.Close()
+	return sent + up, down
+}
+
+// copyIdle copies src to dst in steps, each under a read deadline, and
+// returns the bytes copied. It half-closes dst when src reaches EOF, and
+// closes both when the tunnel has been idle (no byte either way) for idle.
+func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration) int64 {
+	var total int64
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		var n int64
+		var err error
+		if srcTCP != nil {
+			// *net.TCPConn -> *net.TCPConn through a LimitedReader keeps
+			// the splice path (see net.TCPConn.ReadFrom).
+			n, err = io.Copy(dst, &io.LimitedReader{R: srcTCP, N: tunnelChunk})
+		} else {
+			n, err = io.Copy(dst, io.LimitReader(src, tunnelChunk))
+		}
+		total += n
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil && n == tunnelChunk:
+			continue // chunk done, more to come
+		case err == nil:
+			// EOF from src: pass the half-close on, keep the other way open.
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			} else {
+				dst.Close()
+			}
+			return total
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if time.Since(time.Unix(0, last.Load())) < idle {
+				continue // the other direction is busy
+			}
+		}
+		// Idle, reset, closed by shutdown: end both directions.
+		dst.Close()
+		src.Close()
+		return total
+	}
+}
