@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/policy"
+)
+
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Check, test and print policies",
+	}
+	cmd.AddCommand(newPolicyCheckCmd(), newPolicyTestCmd(), newPolicyShowDefaultCmd())
+	return cmd
+}
+
+func newPolicyCheckCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check FILE",
+		Short: "Validate a policy file: exit 0 if valid, 1 with file:line:col errors if not",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := policy.Load(args[0])
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{1}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: %s\n", args[0], cfg)
+			return nil
+		},
+	}
+}
+
+func newPolicyShowDefaultCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show-default",
+		Short: "Print the embedded default policy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write(policy.DefaultYAML())
+			return err
+		},
+	}
+}
+
+func newPolicyTestCmd() *cobra.Command {
+	var configPath, sandbox string
+	var allowCIDRs []string
+	cmd := &cobra.Command{
+		Use:   "test [--config FILE] [--sandbox NAME] URL|HOST:PORT",
+		Short: "Print the decision for a destination, and for allowed names how each resolved address is classified",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadConfig(configPath)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{1}
+			}
+			extra, err := parseCIDRFlags(allowCIDRs)
+			if err != nil {
+				return err
+			}
+			if len(extra) > 0 {
+				cfg = cfg.WithAllowCIDRs(extra)
+			}
+			sb, ok := cfg.Sandbox(sandbox)
+			if !ok {
+				fmt.Fprintf(cmd.ErrOrStderr(), "no sandbox named %q in %s\n", sandbox, cfg.File())
+				return exitError{2}
+			}
+			allowed, err := policyTest(cmd.Context(), cmd.OutOrStdout(), cfg, sb, args[0])
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{2}
+			}
+			if !allowed {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy")
+	cmd.Flags().StringVar(&sandbox, "sandbox", policy.DefaultSandbox, "sandbox whose policy to test")
+	cmd.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "add a network.allow_cidrs exception (repeatable)")
+	return cmd
+}
+
+// policyTest prints the decision for target (a URL or host:port) and, for
+// an allowed destination, the addresses it resolves to with their
+// classification. It reports whether the destination is reachable.
+func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy.Sandbox, target string) (bool, error) {
+	method, path := "", ""
+	var h policy.Host
+	var port uint16
+	var err error
+	if strings.Contains(target, "://") {
+		u, perr := url.Parse(target)
+		if perr != nil {
+			return false, fmt.Errorf("%q is not a URL: %w", target, perr)
+		}
+		var def uint16
+		switch u.Scheme {
+		case "http":
+			def = 80
+		case "https":
+			def = 443
+		default:
+			return false, fmt.Errorf("scheme %q: Airlock forwards http and https only", u.Scheme)
+		}
+		h, port, err = policy.ParseAuthority(u.Host, def)
+		if u.Scheme == "http" {
+			method, path = "GET", u.EscapedPath()
+		}
+	} else {
+		h, port, err = policy.ParseAuthority(target, 0)
+	}
+	if err != nil {
+		return false, err
+	}
+
+	var d policy.Decision
+	if method != "" {
+		d = sb.Policy.DecideRequest(h, port, method, path)
+	} else {
+		d = sb.Policy.Decide(h, port)
+		if d.Allow && d.Inspect {
+			d = policy.Decision{Reason: policy.InterceptionRequired, Rule: d.Rule}
+		}
+	}
+	fmt.Fprintf(w, "sandbox:  %s\n", sb.Name)
+	fmt.Fprintf(w, "host:     %s\nport:     %d\n", h, port)
+	verdict := "deny"
+	if d.Allow {
+		verdict = "allow"
+	}
+	fmt.Fprintf(w, "decision: %s\nreason:   %s\n", verdict, d.Reason)
+	if d.Rule != "" {
+		fmt.Fprintf(w, "rule:     %s\n", d.Rule)
+	}
+	if !d.Allow {
+		return false, nil
+	}
+
+	// The host is allowed: show what the proxy's dialer would see.
+	var addrs []netip.Addr
+	source := "DNS"
+	if static, ok := cfg.StaticHost(h); ok {
+		addrs, source = static, "network.hosts"
+	} else if h.IsIP() {
+		addrs, source = []netip.Addr{h.Addr()}, "IP literal"
+	} else {
+		r := net.DefaultResolver
+		if len(cfg.Network.Resolvers) > 0 {
+			ap := cfg.Network.Resolvers[0].AddrPort
+			r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, ap.String())
+			}}
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		addrs, err = r.LookupNetIP(lctx, "ip", h.Name())
+		if err != nil {
+			fmt.Fprintf(w, "addresses: lookup failed: %v\n", err)
+			return false, nil
+		}
+	}
+	fmt.Fprintf(w, "addresses (%s):\n", source)
+	reachable := len(addrs) > 0
+	for _, a := range addrs {
+		if err := cfg.AddressRules().Check(a); err != nil {
+			var b *policy.BlockedAddrError
+			why := err.Error()
+			if errors.As(err, &b) {
+				why = b.Why
+			}
+			fmt.Fprintf(w, "  %-40s blocked: %s\n", a, why)
+			reachable = false
+			continue
+		}
+		fmt.Fprintf(w, "  %-40s allowed\n", a)
+	}
+	if !reachable {
+		fmt.Fprintf(w, "result:   deny (%s): the proxy refuses a name with any blocked address\n", policy.AddressBlocked)
+	}
+	return reachable, nil
+}

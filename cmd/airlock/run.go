@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/policy"
+	"github.com/airlockhq/airlock/proxy"
+)
+
+// shutdownGrace bounds how long a shutdown waits for requests in flight.
+const shutdownGrace = 10 * time.Second
+
+func newRunCmd() *cobra.Command {
+	var (
+		configPath string
+		listen     string
+		allowCIDRs []string
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the proxy (with the embedded default policy unless --config is given)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(configPath)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
+				return exitError{1}
+			}
+			extra, err := parseCIDRFlags(allowCIDRs)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+				return exitError{2}
+			}
+			if len(extra) > 0 {
+				cfg = cfg.WithAllowCIDRs(extra)
+			}
+			if listen == "" {
+				listen = string(cfg.Listen.Proxy)
+			}
+			return run(cmd.Context(), cfg, listen)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy for coding agents")
+	cmd.Flags().StringVar(&listen, "listen", "", "proxy listen address, overriding listen.proxy (e.g. 0.0.0.0:3128)")
+	cmd.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "add a network.allow_cidrs exception (repeatable), e.g. 10.1.2.3/32")
+	return cmd
+}
+
+// loadConfig reads path, or the embedded default when path is empty.
+func loadConfig(path string) (*policy.Config, error) {
+	if path == "" {
+		return policy.Default()
+	}
+	return policy.Load(path)
+}
+
+func parseCIDRFlags(vals []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range vals {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			if a, aerr := netip.ParseAddr(v); aerr == nil {
+				p, err = netip.PrefixFrom(a, a.BitLen()), nil
+			}
+		}
+		if err != nil || p.Addr().Zone() != "" || p != p.Masked() {
+			return nil, fmt.Errorf("--allow-cidr %q: expected a CIDR such as 203.0.113.80/32", v)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// run serves the proxy until SIGINT or SIGTERM, then shuts down
+// gracefully: stop accepting, finish requests in flight, close tunnels and
+// write their audit lines.
+func run(ctx context.Context, cfg *policy.Config, listen string) error {
+	errlog := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	alog, err := audit.Open(cfg.Audit.Output)
+	if err != nil {
+		return err
+	}
+	defer alog.Close()
+
+	srv, err := proxy.New(cfg, alog, errlog)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (set another address with --listen or listen.proxy)", listen, err)
+	}
+	self := []netip.AddrPort{mustAddrPort(ln.Addr())}
+	hs := srv.NewHTTPServer()
+
+	var admin *http.Server
+	if cfg.Listen.Admin != "" {
+		aln, err := net.Listen("tcp", string(cfg.Listen.Admin))
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on admin address %s: %w", cfg.Listen.Admin, err)
+		}
+		self = append(self, mustAddrPort(aln.Addr()))
+		admin = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go admin.Serve(aln)
+		errlog.Info("admin listening", "addr", aln.Addr().String())
+	}
+	srv.SetListenAddrs(self)
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	errlog.Info("airlock listening", "addr", ln.Addr().String(), "config", cfg.String(), "version", version)
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	errlog.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errlog.Warn("shutdown", "error", err)
+	}
+	if admin != nil {
+		admin.Shutdown(sctx)
+	}
+	if err := srv.Shutdown(sctx); err != nil {
+		errlog.Warn("tunnels still open at exit", "error", err)
+	}
+	return nil
+}
+
+func mustAddrPort(a net.Addr) netip.AddrPort {
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
+// adminHandler serves the liveness and readiness probes.
+func adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	}
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok)
+	return mux
+}
