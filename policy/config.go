@@ -247,3 +247,26 @@ func (c *Config) File() string { return c.file }
 func (c *Config) String() string {
 	return fmt.Sprintf("%s (policies: %s; sandboxes: %d)", c.file, strings.Join(sortedKeys(c.Policies), ", "), len(c.sandboxes))
 }
+
+// Decide is the host-level decision for sandbox sb connecting to h:port
+// (DESIGN.md: policy.Decide(sandbox, host, port)), made before any DNS
+// lookup. It is sb's Policy.Decide, except that an IP literal the address
+// rules block is refused as AddressBlocked whatever the allowlist says:
+// that is the reason that matters for 169.254.169.254, and it needs no
+// lookup either.
+func (c *Config) Decide(sb *Sandbox, h Host, port uint16) Decision {
+	return c.explainIP(h, sb.Policy.Decide(h, port))
+}
+
+// DecideRequest is Decide for one HTTP request with method and escaped
+// path; see Policy.DecideRequest.
+func (c *Config) DecideRequest(sb *Sandbox, h Host, port uint16, method, escapedPath string) Decision {
+	return c.explainIP(h, sb.Policy.DecideRequest(h, port, method, escapedPath))
+}
+
+func (c *Config) explainIP(h Host, d Decision) Decision {
+	if h.IsIP() && c.addrs.Check(h.Addr()) != nil {
+		return Decision{Reason: AddressBlocked, Rule: d.Rule}
+	}
+	return d
+}

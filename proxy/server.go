@@ -215,7 +215,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	}
 	ev.Host, ev.Port = h.String(), port
 
-	d := explainIP(cfg, h, sb.Policy.DecideRequest(h, port, r.Method, r.URL.EscapedPath()))
+	d := cfg.DecideRequest(sb, h, port, r.Method, r.URL.EscapedPath())
 	ev.Rule = d.Rule
 	if !d.Allow {
 		s.deny(cw, ev, string(d.Reason))
@@ -243,17 +243,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 }
 
 type eventKey struct{}
-
-// explainIP reports a refused IP literal that the address rules block as
-// address_blocked rather than host_not_allowed: it is the reason that
-// matters (169.254.169.254 is refused whatever the allowlist says). Pure:
-// no DNS is involved.
-func explainIP(cfg *policy.Config, h policy.Host, d policy.Decision) policy.Decision {
-	if !d.Allow && h.IsIP() && cfg.AddressRules().Check(h.Addr()) != nil {
-		return policy.Decision{Reason: policy.AddressBlocked}
-	}
-	return d
-}
 
 // roundTrip sends a decided request upstream through the guarded
 // transport. It never returns an error to goproxy (which would echo it to

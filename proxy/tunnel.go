@@ -41,7 +41,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 	}
 	ev.Host, ev.Port = h.String(), port
 
-	d := explainIP(cfg, h, sb.Policy.Decide(h, port))
+	d := cfg.Decide(sb, h, port)
 	ev.Rule = d.Rule
 	switch {
 	case !d.Allow:

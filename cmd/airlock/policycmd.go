@@ -131,9 +131,9 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 
 	var d policy.Decision
 	if method != "" {
-		d = sb.Policy.DecideRequest(h, port, method, path)
+		d = cfg.DecideRequest(sb, h, port, method, path)
 	} else {
-		d = sb.Policy.Decide(h, port)
+		d = cfg.Decide(sb, h, port)
 		if d.Allow && d.Inspect {
 			d = policy.Decision{Reason: policy.InterceptionRequired, Rule: d.Rule}
 		}
@@ -191,7 +191,9 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 		}
 		fmt.Fprintf(w, "  %-40s allowed\n", a)
 	}
-	if !reachable {
+	if reachable {
+		fmt.Fprintln(w, "result:   allow")
+	} else {
 		fmt.Fprintf(w, "result:   deny (%s): the proxy refuses a name with any blocked address\n", policy.AddressBlocked)
 	}
 	return reachable, nil
