@@ -344,6 +344,19 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadFrom copies a response body to the client through a pooled buffer.
+// Without it io.Copy allocates 32 KiB per response, and so does
+// http.response.ReadFrom when the source is not a file (net.TCPConn's
+// generic fallback).
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return io.CopyBuffer(struct{ io.Writer }{c}, r, *bp)
+}
+
+// copyBufs holds 32 KiB buffers for copying response bodies.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 func (c *countingWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()

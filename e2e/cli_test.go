@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+func TestPolicyTestPrintsDecisionAndAddressClasses(t *testing.T) {
+	bin := testutil.Binary(t)
+	dns := testutil.NewDNSStub(t, map[string][]netip.Addr{
+		"pub.allowed.test":    {netip.MustParseAddr("8.8.8.8")},
+		"rebind.allowed.test": {netip.MustParseAddr("8.8.8.8"), netip.MustParseAddr("169.254.169.254")},
+	})
+	cfg := filepath.Join(t.TempDir(), "a.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+network:
+  resolvers: [%q]
+policies:
+  default:
+    allow:
+      - host: "*.allowed.test"
+        ports: [443]
+`, dns.Addr)), 0o600)
+
+	cases := []struct {
+		target string
+		exit   int
+		want   []string
+	}{
+		{"pub.allowed.test:443", 0, []string{"decision: allow", "rule:     policies.default.allow[0]", "8.8.8.8", "allowed", "result:   allow"}},
+		{"rebind.allowed.test:443", 1, []string{"decision: allow", "169.254.169.254", "blocked: cloud instance metadata", "result:   deny (address_blocked)"}},
+		{"https://pub.allowed.test/", 0, []string{"port:     443", "result:   allow"}},
+		{"pub.allowed.test:80", 1, []string{"decision: deny", "reason:   port_not_allowed"}},
+		{"evil.test:443", 1, []string{"decision: deny", "reason:   host_not_allowed"}},
+		{"http://169.254.169.254/latest/", 1, []string{"reason:   address_blocked"}},
+		{"0x7f000001:443", 1, []string{"host:     127.0.0.1", "reason:   address_blocked"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.target, func(t *testing.T) {
+			out, err := execOutput(bin, "policy", "test", "--config", cfg, tc.target)
+			if code := exitCode(err); code != tc.exit {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.exit, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+	if dns.Asked("evil.test") {
+		t.Error("policy test resolved a denied name")
+	}
+}
+
+func TestShowDefaultPrintsAPolicyThatChecks(t *testing.T) {
+	bin := testutil.Binary(t)
+	out, err := exec.Command(bin, "policy", "show-default").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "default.yaml")
+	os.WriteFile(path, out, 0o600)
+	if out, err := execOutput(bin, "policy", "check", path); err != nil {
+		t.Fatalf("the printed default policy does not check: %v\n%s", err, out)
+	}
+	for _, host := range []string{"proxy.golang.org", "registry.npmjs.org", "pypi.org", "files.pythonhosted.org", "crates.io",
+		"deb.debian.org", "archive.ubuntu.com", "github.com", "api.github.com", "api.anthropic.com", "api.openai.com"} {
+		if !strings.Contains(string(out), "host: "+host+"\n") {
+			t.Errorf("default policy lacks %s", host)
+		}
+	}
+}
+
+func TestRunRefusesABadConfig(t *testing.T) {
+	bin := testutil.Binary(t)
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(path, []byte("listen:\n  proxy: 127.0.0.1:0\npolicies:\n  default:\n    allow:\n      - host: \"*.co.uk\"\n"), 0o600)
+	out, err := execOutput(bin, "run", "--config", path)
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	if !strings.Contains(out, path+":6:15: policies.default.allow[0].host") || strings.Contains(out, "listening") {
+		t.Fatalf("want a file:line:col error and no listener:\n%s", out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := execOutput(testutil.Binary(t), "version")
+	if err != nil || !strings.HasPrefix(out, "airlock ") {
+		t.Fatalf("%v: %q", err, out)
+	}
+}

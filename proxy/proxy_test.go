@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/policy"
+)
+
+// startProxy runs a Server in-process on loopback with cfgYAML and returns
+// its address. Audit lines go to the returned buffer-less discard logger.
+func startProxy(tb testing.TB, cfgYAML string) (addr string, srv *Server) {
+	tb.Helper()
+	cfg, err := policy.Parse("test.yaml", []byte(cfgYAML))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err = New(cfg, audit.New(io.Discard), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hs := srv.NewHTTPServer()
+	go hs.Serve(ln)
+	tb.Cleanup(func() { hs.Close(); srv.closeTunnels() })
+	return ln.Addr().String(), srv
+}
+
+func localYAML(port int) string {
+	return fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {allowed.test: 127.0.0.1}
+policies:
+  default:
+    allow:
+      - host: allowed.test
+        ports: [%d]
+`, port)
+}
+
+func TestRemoveHopByHop(t *testing.T) {
+	h := http.Header{}
+	h.Set("Connection", "close, X-Private, keep-alive")
+	h.Set("X-Private", "1")
+	h.Set("Keep-Alive", "timeout=5")
+	h.Set("Proxy-Authorization", "Basic Zm9vOmJhcg==")
+	h.Set("Proxy-Connection", "keep-alive")
+	h.Set("Te", "trailers")
+	h.Set("Upgrade", "websocket")
+	h.Set("Accept", "*/*")
+	removeHopByHop(h)
+	if len(h) != 1 || h.Get("Accept") != "*/*" {
+		t.Fatalf("left %v, want only Accept", h)
+	}
+}
+
+func TestDenyBodyTellsTheAgentWhatAndWhy(t *testing.T) {
+	body := denyBody("evil.example", "host_not_allowed", "agent-1")
+	for _, want := range []string{"evil.example", "host_not_allowed", "agent-1", "not on the allowlist", "will not work"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("body lacks %q:\n%s", want, body)
+		}
+	}
+}
+
+// A tunnel where one side is silent but the other is busy is not idle.
+func TestTunnelIdleIsJudgedAcrossBothDirections(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	addr, _ := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 300ms}\n")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	// Ask for a slow-ish stream: the client then stays silent while bytes
+	// flow down for longer than the idle timeout.
+	const n = 64 << 20
+	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", n)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := int64(0)
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := resp.Body.Read(buf)
+		got += int64(k)
+		if got < 4<<20 {
+			time.Sleep(time.Millisecond) // read slowly at first
+		}
+		if err != nil {
+			break
+		}
+	}
+	if got != n {
+		t.Fatalf("read %d of %d bytes before the tunnel closed", got, n)
+	}
+	// Now nothing moves either way: the tunnel must close.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("unexpected data")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("idle tunnel not closed")
+	}
+}
+
+func BenchmarkHTTPForwardKeepAlive(b *testing.B) {
+	up := testutil.NewUpstream(b)
+	addr, _ := startProxy(b, localYAML(up.Port()))
+	pu, _ := url.Parse("http://" + addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), MaxIdleConnsPerHost: 64}}
+	target := fmt.Sprintf("http://allowed.test:%d/bytes?n=1024", up.Port())
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := c.Get(target)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
+
+func BenchmarkCONNECTNewTunnelPerRequest(b *testing.B) {
+	up := testutil.NewUpstream(b)
+	addr, _ := startProxy(b, localYAML(up.Port()))
+	req := fmt.Sprintf("CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.WriteString(c, req)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("CONNECT: %v", err)
+		}
+		io.WriteString(c, "GET /bytes?n=1024 HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+		resp, err = http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		c.Close()
+	}
+}
+
+func BenchmarkTunnelThroughput(b *testing.B) {
+	up := testutil.NewUpstream(b)
+	addr, _ := startProxy(b, localYAML(up.Port()))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		b.Fatalf("CONNECT: %v", err)
+	}
+	const n = 16 << 20
+	b.SetBytes(n)
+	b.ResetTimer()
+	for b.Loop() {
+		fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", n)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
