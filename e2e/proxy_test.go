@@ -530,3 +530,20 @@ func TestPolicyCheckReportsLineAndColumn(t *testing.T) {
 		}
 	})
 }
+
+func TestRequestBodyIsForwardedAndCounted(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	p := testutil.StartProxy(t, localConfig(up.Port()))
+	body := strings.Repeat("y", 300000)
+	resp, err := httpClient(p.URL(), nil).Post(fmt.Sprintf("http://allowed.test:%d/echo", up.Port()), "text/plain", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(got) != body {
+		t.Fatalf("echo: %d, %d bytes", resp.StatusCode, len(got))
+	}
+	ev := p.WaitAudit(t, 1)[0]
+	wantFields(t, ev, map[string]any{"http.request.method": "POST", "bytes_sent": 300000, "bytes_received": 300000})
+}

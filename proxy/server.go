@@ -174,8 +174,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
 	cw := &countingWriter{ResponseWriter: w}
+	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
 	defer func() {
 		ev.Status = cw.status
+		ev.BytesSent = sent.Load()
 		ev.BytesReceived = cw.n
 		ev.Duration = time.Since(ev.Start)
 		s.log.Log(ev)
@@ -235,7 +237,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	}
 	removeHopByHop(r.Header)
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingReader{ReadCloser: r.Body, n: &ev.BytesSent}
+		r.Body = &countingReader{ReadCloser: r.Body, n: &sent}
 	}
 	ctx := context.WithValue(r.Context(), configKey{}, cfg)
 	ctx = context.WithValue(ctx, eventKey{}, ev)
@@ -368,12 +370,12 @@ func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter 
 // countingReader counts request body bytes read.
 type countingReader struct {
 	io.ReadCloser
-	n *int64
+	n *atomic.Int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
-	*c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
