@@ -547,3 +547,39 @@ func TestRequestBodyIsForwardedAndCounted(t *testing.T) {
 	ev := p.WaitAudit(t, 1)[0]
 	wantFields(t, ev, map[string]any{"http.request.method": "POST", "bytes_sent": 300000, "bytes_received": 300000})
 }
+
+// Airlock is the egress: it must never hand requests to a proxy named in
+// its own environment.
+func TestProxyEnvironmentIsIgnored(t *testing.T) {
+	trap := testutil.NewUpstream(t) // would see the request if HTTP_PROXY were used
+	t.Setenv("HTTP_PROXY", trap.URL)
+	t.Setenv("http_proxy", trap.URL)
+	t.Setenv("HTTPS_PROXY", trap.URL)
+	up := testutil.NewUpstream(t)
+	p := testutil.StartProxy(t, localConfig(up.Port()))
+	resp, body := get(t, httpClient(p.URL(), nil), fmt.Sprintf("http://allowed.test:%d/", up.Port()))
+	if resp.StatusCode != 200 || body != "hello from upstream\n" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if n := len(trap.Requests()); n != 0 {
+		t.Fatalf("the proxy from the environment received %d requests", n)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Fatalf("upstream saw %d requests, want 1", n)
+	}
+}
+
+func TestSlowHeaderIsCutOff(t *testing.T) {
+	p := testutil.StartProxy(t, localConfig(80)+"limits: {header_timeout: 500ms}\n")
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n") // never finished
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the proxy kept a connection with an unfinished header open past header_timeout")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -196,5 +197,25 @@ func BenchmarkTunnelThroughput(b *testing.B) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+	}
+}
+
+// goproxy accepts and tunnels any CONNECT by default. Airlock handles
+// CONNECT itself; if one ever reached goproxy it must be refused.
+func TestGoproxyRefusesCONNECTItself(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	_, srv := startProxy(t, localYAML(up.Port()))
+	ts := httptest.NewServer(srv.gp)
+	defer ts.Close()
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	if strings.Contains(line, " 200 ") {
+		t.Fatalf("goproxy accepted a CONNECT: %q", line)
 	}
 }
