@@ -6,7 +6,7 @@
 // server.port, url.path, url.query, http.response.status_code,
 // network.peer.address, error.type); the rest are Airlock's own (event,
 // sandbox, decision, reason, rule, intercepted, bytes_sent, bytes_received,
-// duration_ms). The package writes only what an Event holds: it never sees
+// duration_ms, close_reason). The package writes only what an Event holds: it never sees
 // headers, so no credential, placeholder or session token can reach a line.
 // Query strings are reduced to their keys by QueryKeys before they get here.
 package audit
@@ -55,6 +55,9 @@ type Event struct {
 	BytesSent     int64
 	BytesReceived int64
 	Duration      time.Duration // from Start until the response or tunnel finished
+	// CloseReason says why an allowed tunnel ended: "closed" (either side
+	// closed or failed), "idle_timeout" or "shutdown"; empty otherwise.
+	CloseReason string
 }
 
 // Logger writes Events as JSON lines. It is safe for concurrent use: each
@@ -129,6 +132,9 @@ func (l *Logger) Log(e *Event) {
 	}
 	if e.ErrorType != "" {
 		ev = ev.Str("error.type", e.ErrorType)
+	}
+	if e.CloseReason != "" {
+		ev = ev.Str("close_reason", e.CloseReason)
 	}
 	ev.Bool("intercepted", e.Intercepted).
 		Int64("bytes_sent", e.BytesSent).

@@ -144,7 +144,7 @@ func TestUnlistedHostIsRefusedWith403(t *testing.T) {
 		}
 	})
 	ev := oneEvent(t, p, "unlisted.example", 3)
-	wantFields(t, ev, map[string]any{"decision": "deny", "reason": "host_not_allowed", "http.response.status_code": 403})
+	wantFields(t, ev, map[string]any{"decision": "deny", "reason": "host_not_allowed", "http.response.status_code": 403, "bytes_received": 0})
 	ev = oneEvent(t, p, "unlisted-tls.example", 3)
 	wantFields(t, ev, map[string]any{"event": "tunnel", "decision": "deny", "reason": "host_not_allowed", "server.port": 443})
 	for _, name := range []string{"unlisted.example", "unlisted-tls.example", "allowed.test"} {
@@ -478,7 +478,7 @@ func TestTunnelAuditLineIsWrittenOnShutdown(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("want the tunnel's audit line after shutdown, got %d lines", len(evs))
 	}
-	wantFields(t, evs[0], map[string]any{"event": "tunnel", "decision": "allow"})
+	wantFields(t, evs[0], map[string]any{"event": "tunnel", "decision": "allow", "close_reason": "shutdown"})
 	if evs[0]["bytes_sent"].(float64) == 0 || evs[0]["bytes_received"].(float64) == 0 {
 		t.Errorf("tunnel bytes not counted: %v", evs[0])
 	}
@@ -498,7 +498,7 @@ func TestIdleTunnelIsClosed(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the idle tunnel was not closed by the proxy")
 	}
-	p.WaitAudit(t, 1)
+	wantFields(t, p.WaitAudit(t, 1)[0], map[string]any{"close_reason": "idle_timeout"})
 }
 
 func TestPolicyCheckReportsLineAndColumn(t *testing.T) {

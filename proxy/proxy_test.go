@@ -69,8 +69,8 @@ func TestRemoveHopByHop(t *testing.T) {
 }
 
 func TestDenyBodyTellsTheAgentWhatAndWhy(t *testing.T) {
-	body := denyBody("evil.example", "host_not_allowed", "agent-1")
-	for _, want := range []string{"evil.example", "host_not_allowed", "agent-1", "not on the allowlist", "will not work"} {
+	body := denyBody("evil.example", 443, "host_not_allowed", "agent-1")
+	for _, want := range []string{"host: evil.example\n", "port: 443\n", "host_not_allowed", "agent-1", "not on the allowlist", "will not work"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("body lacks %q:\n%s", want, body)
 		}

@@ -21,43 +21,52 @@ const DecisionHeader = "X-Airlock-Decision"
 var syscallECONNREFUSED = syscall.ECONNREFUSED
 
 // denyBody is the text an agent reads when Airlock refuses a destination:
-// what was refused, why, and that another route will not work.
-func denyBody(host, reason, sandbox string) string {
+// what was refused, why, and what (not) to do about it.
+func denyBody(host string, port uint16, reason, sandbox string) string {
 	if host == "" {
 		host = "(unknown)"
 	}
+	why, advice := explain(reason)
 	return fmt.Sprintf("Airlock denied this request.\n"+
-		"host: %s\nreason: %s\nsandbox: %s\n"+
-		"%s\n"+
-		"Airlock is this sandbox's only route to the network, so retrying through another proxy, address or protocol will not work. "+
-		"If this destination is needed, ask the operator to add it to the Airlock policy.\n",
-		host, reason, sandbox, explain(reason))
+		"host: %s\nport: %d\nreason: %s\nsandbox: %s\n%s\n%s\n",
+		host, port, reason, sandbox, why, advice)
 }
 
-func explain(reason string) string {
+// Advice for refusals the agent cannot route around.
+const (
+	adviceOperator = "Airlock is this sandbox's only route to the network, so retrying through another proxy, address or protocol will not work. " +
+		"If this destination is needed, ask the operator to add it to the Airlock policy."
+	adviceAddress = "Airlock is this sandbox's only route to the network, so retrying through another name, address or protocol will not work. " +
+		"Internal addresses are reachable only if the operator lists them in network.allow_cidrs."
+)
+
+// explain says why a reason refused the request and what can be done.
+func explain(reason string) (why, advice string) {
 	switch reason {
 	case "host_not_allowed":
-		return "The host is not on the allowlist."
+		return "The host is not on the allowlist.", adviceOperator
 	case "port_not_allowed":
-		return "The host is allowed, but not on this port."
+		return "The host is allowed, but not on this port.", adviceOperator
 	case "method_not_allowed":
-		return "The host is allowed, but not this HTTP method."
+		return "The host is allowed, but not this HTTP method.", adviceOperator
 	case "path_not_allowed":
-		return "The host is allowed, but not this path."
+		return "The host is allowed, but not this path.", adviceOperator
 	case "denied_by_rule":
-		return "A deny rule matches this destination."
+		return "A deny rule matches this destination.", adviceOperator
 	case "address_blocked":
-		return "The host is, or resolves to, an internal, loopback, link-local, cloud-metadata or reserved address."
+		return "The host is, or resolves to, an internal, loopback, link-local, cloud-metadata or reserved address.", adviceAddress
 	case "interception_required":
-		return "Method or path rules apply to this host, and this version cannot enforce them inside an HTTPS tunnel."
+		return "Method or path rules apply to this host, and this version of Airlock cannot enforce them inside an HTTPS tunnel.",
+			"Use plain HTTP for this host if it offers it, or ask the operator to change the policy."
 	case "path_not_canonical":
-		return "The path has dot-segments, empty segments or encoded slashes; send it in canonical form."
+		return "The path has dot-segments, empty segments or encoded slashes, which servers may read differently.",
+			"Send the same request with a canonical path (no /./, /../, // or %2F)."
 	case "no_policy":
-		return "This sandbox has no policy, so everything is denied."
+		return "This sandbox has no policy, so everything is denied.", adviceOperator
 	case "proxy_loop":
-		return "The destination is Airlock itself."
+		return "The destination is Airlock itself.", "Send requests to their real destination through the proxy, not to the proxy."
 	}
-	return ""
+	return "", adviceOperator
 }
 
 // writeDecision writes a plain-text refusal with the decision header.

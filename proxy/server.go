@@ -174,11 +174,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
 	cw := &countingWriter{ResponseWriter: w}
+	st := &reqState{ev: ev}
 	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
 	defer func() {
 		ev.Status = cw.status
 		ev.BytesSent = sent.Load()
-		ev.BytesReceived = cw.n
+		if st.fromUpstream {
+			ev.BytesReceived = cw.n // not Airlock's own refusal text
+		}
 		ev.Duration = time.Since(ev.Start)
 		s.log.Log(ev)
 	}()
@@ -240,31 +243,39 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		r.Body = &countingReader{ReadCloser: r.Body, n: &sent}
 	}
 	ctx := context.WithValue(r.Context(), configKey{}, cfg)
-	ctx = context.WithValue(ctx, eventKey{}, ev)
+	ctx = context.WithValue(ctx, stateKey{}, st)
 	s.gp.ServeHTTP(cw, r.WithContext(ctx))
 }
 
-type eventKey struct{}
+// reqState is what the round tripper learns about a forwarded request.
+type reqState struct {
+	ev           *audit.Event
+	fromUpstream bool // the response came from the upstream, not from Airlock
+}
+
+type stateKey struct{}
 
 // roundTrip sends a decided request upstream through the guarded
 // transport. It never returns an error to goproxy (which would echo it to
 // the client): a blocked address becomes a 403, anything else a 502 that
 // names no internal address.
 func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
-	ev, _ := r.Context().Value(eventKey{}).(*audit.Event)
-	if ev == nil {
-		ev = new(audit.Event)
+	st, _ := r.Context().Value(stateKey{}).(*reqState)
+	if st == nil {
+		st = &reqState{ev: new(audit.Event)}
 	}
+	ev := st.ev
 	r = r.WithContext(withPeerTrace(r.Context(), ev))
 	resp, err := s.tr.RoundTrip(r)
 	if err == nil {
+		st.fromUpstream = true
 		return resp, nil
 	}
 	reason, status, msg := classifyDialError(err)
 	ev.Reason = reason
 	if status == http.StatusForbidden {
 		ev.Decision = "deny"
-		return cannedResponse(r, status, reason, denyBody(ev.Host, reason, ev.Sandbox)), nil
+		return cannedResponse(r, status, reason, denyBody(ev.Host, ev.Port, reason, ev.Sandbox)), nil
 	}
 	ev.ErrorType = errorType(err)
 	s.errlog.Debug("upstream request failed", "host", ev.Host, "error.type", ev.ErrorType)
@@ -320,7 +331,7 @@ func (s *Server) refuse(w http.ResponseWriter, ev *audit.Event, status int, reas
 // deny answers a policy denial with 403.
 func (s *Server) deny(w http.ResponseWriter, ev *audit.Event, reason string) {
 	ev.Decision, ev.Reason = "deny", reason
-	writeDecision(w, http.StatusForbidden, reason, denyBody(ev.Host, reason, ev.Sandbox))
+	writeDecision(w, http.StatusForbidden, reason, denyBody(ev.Host, ev.Port, reason, ev.Sandbox))
 }
 
 // countingWriter records the status and body bytes written to the client.

@@ -99,8 +99,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 	s.tunnels.Add(1)
 	go func() {
 		defer s.tunnels.Done()
-		sent, received := s.pipe(clientConn, rw.Reader, upstream, sb.IdleTimeout)
-		ev.BytesSent, ev.BytesReceived = sent, received
+		sent, received, why := s.pipe(clientConn, rw.Reader, upstream, sb.IdleTimeout)
+		ev.BytesSent, ev.BytesReceived, ev.CloseReason = sent, received, why
 		ev.Duration = time.Since(ev.Start)
 		s.log.Log(ev)
 	}()
@@ -112,14 +112,15 @@ const tunnelChunk = 1 << 20
 
 // pipe copies between client and upstream until both directions finish,
 // the tunnel is idle for idle, or the server shuts down. It returns the
-// bytes moved client->upstream and upstream->client.
+// bytes moved client->upstream and upstream->client, and why the tunnel
+// ended: "closed" (a side closed or failed), "idle_timeout" or "shutdown".
 //
 // Both ends are TCP connections, so io.Copy uses the kernel's splice path
 // (net.TCPConn.ReadFrom): no user-space buffer of ours carries the data.
 // The copy moves at most tunnelChunk bytes per step under a read deadline,
 // so idleness is judged across both directions: a long download with a
 // silent client is not idle.
-func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCPConn, idle time.Duration) (sent, received int64) {
+func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCPConn, idle time.Duration) (sent, received int64, why string) {
 	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 
@@ -132,7 +133,7 @@ func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCP
 		if err != nil {
 			client.Close()
 			upstream.Close()
-			return sent, 0
+			return sent, 0, "closed"
 		}
 	}
 
@@ -140,13 +141,14 @@ func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCP
 	var wg sync.WaitGroup
 	wg.Add(2)
 	var up, down int64
+	var upIdle, downIdle bool
 	go func() {
 		defer wg.Done()
-		up = copyIdle(upstream, client, clientTCP, &last, idle)
+		up, upIdle = copyIdle(upstream, client, clientTCP, &last, idle)
 	}()
 	go func() {
 		defer wg.Done()
-		down = copyIdle(client, upstream, upstream, &last, idle)
+		down, downIdle = copyIdle(client, upstream, upstream, &last, idle)
 	}()
 
 	stop := context.AfterFunc(s.tunnelCtx, func() {
@@ -154,16 +156,25 @@ func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCP
 		upstream.Close()
 	})
 	wg.Wait()
-	stop()
+	shutdown := !stop()
 	client.Close()
 	upstream.Close()
-	return sent + up, down
+	switch {
+	case shutdown:
+		why = "shutdown"
+	case upIdle || downIdle:
+		why = "idle_timeout"
+	default:
+		why = "closed"
+	}
+	return sent + up, down, why
 }
 
 // copyIdle copies src to dst in steps, each under a read deadline, and
-// returns the bytes copied. It half-closes dst when src reaches EOF, and
-// closes both when the tunnel has been idle (no byte either way) for idle.
-func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration) int64 {
+// returns the bytes copied and whether it stopped for idleness. It
+// half-closes dst when src reaches EOF, and closes both when the tunnel has
+// been idle (no byte either way) for idle.
+func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration) (int64, bool) {
 	var total int64
 	for {
 		src.SetReadDeadline(time.Now().Add(idle))
@@ -190,15 +201,18 @@ func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle t
 			} else {
 				dst.Close()
 			}
-			return total
+			return total, false
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if time.Since(time.Unix(0, last.Load())) < idle {
 				continue // the other direction is busy
 			}
+			dst.Close()
+			src.Close()
+			return total, true
 		}
-		// Idle, reset, closed by shutdown: end both directions.
+		// Reset, or closed by the other direction or by shutdown.
 		dst.Close()
 		src.Close()
-		return total
+		return total, false
 	}
 }
