@@ -60,12 +60,14 @@ func newPolicyTestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "test [--config FILE] [--sandbox NAME] URL|HOST:PORT",
 		Short: "Print the decision for a destination, and for allowed names how each resolved address is classified",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print the decision for a destination, and for allowed names how each resolved address is classified.
+Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, bad target).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(configPath)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{1}
+				return exitError{2}
 			}
 			extra, err := parseCIDRFlags(allowCIDRs)
 			if err != nil {
@@ -149,6 +151,9 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 		fmt.Fprintf(w, "rule:     %s\n", d.Rule)
 	}
 	if !d.Allow {
+		if d.Reason == policy.AddressBlocked && h.IsIP() {
+			printAddrs(w, cfg, "IP literal", []netip.Addr{h.Addr()})
+		}
 		return false, nil
 	}
 
@@ -176,25 +181,35 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 			return false, nil
 		}
 	}
-	fmt.Fprintf(w, "addresses (%s):\n", source)
-	reachable := len(addrs) > 0
-	for _, a := range addrs {
-		if err := cfg.AddressRules().Check(a); err != nil {
-			var b *policy.BlockedAddrError
-			why := err.Error()
-			if errors.As(err, &b) {
-				why = b.Why
-			}
-			fmt.Fprintf(w, "  %-40s blocked: %s\n", a, why)
-			reachable = false
-			continue
-		}
-		fmt.Fprintf(w, "  %-40s allowed\n", a)
-	}
+	reachable := printAddrs(w, cfg, source, addrs)
 	if reachable {
 		fmt.Fprintln(w, "result:   allow")
 	} else {
 		fmt.Fprintf(w, "result:   deny (%s): the proxy refuses a name with any blocked address\n", policy.AddressBlocked)
 	}
 	return reachable, nil
+}
+
+// printAddrs prints each address with its classification, and a hint when
+// one is blocked. It reports whether all are dialable.
+func printAddrs(w io.Writer, cfg *policy.Config, source string, addrs []netip.Addr) bool {
+	fmt.Fprintf(w, "addresses (%s):\n", source)
+	ok := len(addrs) > 0
+	for _, a := range addrs {
+		if err := cfg.AddressRules().Check(a); err != nil {
+			why := err.Error()
+			var b *policy.BlockedAddrError
+			if errors.As(err, &b) {
+				why = b.Why
+			}
+			fmt.Fprintf(w, "  %-40s blocked: %s\n", a, why)
+			ok = false
+			continue
+		}
+		fmt.Fprintf(w, "  %-40s allowed\n", a)
+	}
+	if !ok && len(addrs) > 0 {
+		fmt.Fprintln(w, "hint:     an internal address is reachable only through an explicit network.allow_cidrs exception (or --allow-cidr)")
+	}
+	return ok
 }
