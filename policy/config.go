@@ -132,6 +132,12 @@ func (c *Config) validate(d *decoder) {
 			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
 		}
 		for _, p := range s.Clients {
+			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+				// SandboxFor unmaps the client, so this range would never
+				// match and its clients would silently be "default".
+				d.errorfAt(s.Pos, path+".clients", "%s is an IPv4-mapped range; write %s (clients are matched as IPv4)", p.Prefix, netip.PrefixFrom(a.Unmap(), p.Bits()-96))
+				continue
+			}
 			if other, dup := owner[p.Prefix]; dup {
 				d.errorfAt(s.Pos, path+".clients", "%s is already a client range of sandbox %q", p.Prefix, other)
 			}

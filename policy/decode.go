@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -77,12 +80,9 @@ var (
 	durationType    = reflect.TypeFor[time.Duration]()
 )
 
-// decode fills v (a non-nil pointer) from n.
+// decode fills v (a non-nil pointer) from n. The tree has no anchors or
+// aliases: decodeYAML rejects them first.
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		d.errorf(n, path, "YAML anchors and aliases are not supported; write the value out")
-		return
-	}
 	if v.CanAddr() && v.Addr().Type().Implements(nodeDecoderType) {
 		if isNull(n) {
 			return
@@ -110,7 +110,14 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
 		for i, c := range n.Content {
-			d.decode(c, s.Index(i), fmt.Sprintf("%s[%d]", path, i))
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			if isNull(c) {
+				// A zero port, method or path would quietly match nothing,
+				// which turns a deny rule off.
+				d.errorf(c, ip, "empty list item; remove it or give a value")
+				continue
+			}
+			d.decode(c, s.Index(i), ip)
 		}
 		v.Set(s)
 	case reflect.String:
@@ -229,29 +236,94 @@ func (d *decoder) decodeMap(n *yaml.Node, v reflect.Value, path string) {
 
 // decodeYAML parses data (one YAML document) into v, a pointer to a struct.
 func (d *decoder) decodeYAML(data []byte, v any) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		line := 0
-		msg := err.Error()
-		// yaml.v3 syntax errors read "yaml: line N: ..."; lift N into the position.
-		if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
-			if num, tail, ok := strings.Cut(rest, ": "); ok {
-				if l, err := strconv.Atoi(num); err == nil {
-					line, msg = l, tail
-				}
-			}
+	if err := dec.Decode(&doc); err != nil {
+		if !errors.Is(err, io.EOF) { // io.EOF: an empty file
+			d.syntaxError(err)
 		}
-		d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Col: 1, Msg: "YAML syntax: " + msg})
 		return
 	}
-	if doc.Kind == 0 { // empty file
+	// yaml.v3 reads one document at a time; a second one must not be
+	// ignored silently.
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		d.syntaxError(err)
+		return
+	default:
+		d.errorf(&next, "", "expected one YAML document; remove the second one (after ---) or merge it into the first")
 		return
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		d.errorf(&doc, "", "expected one YAML document")
 		return
 	}
+	d.rejectAnchors(doc.Content[0], "")
+	if len(d.errs) > 0 {
+		return
+	}
 	d.decode(doc.Content[0], reflect.ValueOf(v).Elem(), "")
+}
+
+// rejectAnchors reports every anchor and alias under n, keys included: an
+// alias shares one value between places (and its Value is the anchor's
+// name, not the text at its place), and a merge key hides where a value
+// came from.
+func (d *decoder) rejectAnchors(n *yaml.Node, path string) {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		d.errorf(n, path, "YAML anchors and aliases are not supported; write the value out")
+		return
+	}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			d.rejectAnchors(c, fmt.Sprintf("%s[%d]", path, i))
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			kp := join(path, n.Content[i].Value)
+			d.rejectAnchors(n.Content[i], kp)
+			d.rejectAnchors(n.Content[i+1], kp)
+		}
+	}
+}
+
+// yamlParserProblems are the messages of yaml.v3's parser (parserc.go), as
+// opposed to its scanner. yaml.v3 reports the line of a parser error 0-based
+// ("line 2" is the third line) and a scanner error 1-based, and leaves the
+// line out when its 0-based value is 0.
+var yamlParserProblems = []string{
+	"did not find expected <stream-start>",
+	"did not find expected <document start>",
+	"did not find expected node content",
+	"did not find expected key",
+	"did not find expected '-' indicator",
+	"did not find expected ',' or ']'",
+	"did not find expected ',' or '}'",
+	"found duplicate %YAML directive",
+	"found duplicate %TAG directive",
+	"found incompatible YAML document",
+	"found undefined tag handle",
+}
+
+// syntaxError records a yaml.v3 syntax error, which reads "yaml: line N:
+// problem" or "yaml: problem", with a 1-based line. yaml.v3 gives no column.
+func (d *decoder) syntaxError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, tail, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(num); err == nil {
+				line, msg = l, tail
+			}
+		}
+	}
+	if line == 0 || slices.Contains(yamlParserProblems, msg) {
+		line++
+	}
+	d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Col: 1, Msg: "YAML syntax: " + msg})
 }
 
 func isNull(n *yaml.Node) bool {

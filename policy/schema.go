@@ -133,6 +133,14 @@ func (p *HostPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
 		d.errorf(n, path, "%v; write a host name (api.github.com), an IP address or *.domain", err)
 		return
 	}
+	if a := h.Addr(); a.Is4In6() {
+		// Requests keep the mapped form as a distinct host; a rule in that
+		// form would let it differ from the plain address (say, allowed
+		// where the plain address is denied). No rule names it, so it is
+		// never allowed.
+		d.errorf(n, path, "%q is an IPv4-mapped address; write %s", n.Value, a.Unmap())
+		return
+	}
 	if wild {
 		// A wildcard at or above a public suffix (*.com, *.co.uk,
 		// *.github.io) would allow names anybody can register.
@@ -215,7 +223,8 @@ func isToken(s string) bool {
 
 // PathPattern matches a request path segment by segment: "*" is exactly one
 // segment, "**" any number of segments (zero or more), anything else a
-// literal segment compared after percent-decoding.
+// literal segment compared after percent-decoding. As in request paths, one
+// trailing slash does not matter ("/a/" is "/a") and "/" is the root.
 type PathPattern struct {
 	raw  string
 	segs []string
@@ -229,8 +238,17 @@ func (p *PathPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
 		return
 	}
 	segs := strings.Split(n.Value[1:], "/")
+	if segs[len(segs)-1] == "" {
+		// A request path loses its trailing slash before matching; a
+		// pattern's empty last segment would match nothing and quietly
+		// turn a deny rule off.
+		segs = segs[:len(segs)-1]
+	}
 	for _, s := range segs {
 		switch {
+		case s == "":
+			d.errorf(n, path, "%q: write the path without empty segments (//)", n.Value)
+			return
 		case s == "*" || s == "**":
 		case strings.Contains(s, "*"):
 			d.errorf(n, path, "%q: * and ** must be whole segments (/a/*/b, /a/**)", n.Value)
@@ -302,10 +320,14 @@ func (s *StaticHosts) decodeNode(d *decoder, n *yaml.Node, path string) {
 	*s = m
 }
 
-// ListenAddr is a listener address "IP:port" or ":port" (all interfaces).
+// ListenAddr is a listener address "IP:port" or ":port" (all interfaces);
+// "" means not set.
 type ListenAddr string
 
 func (l *ListenAddr) decodeNode(d *decoder, n *yaml.Node, path string) {
+	if isScalar(n, "!!str") && n.Value == "" {
+		return // `dns: ""` as in DESIGN.md: the default (off, or 127.0.0.1:3128 for proxy)
+	}
 	if err := checkListenAddr(n.Value); !isScalar(n, "!!str") || err != nil {
 		d.errorf(n, path, "expected a listen address such as 127.0.0.1:3128 or 0.0.0.0:3128, got %s", describe(n))
 		return
