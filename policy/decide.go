@@ -100,33 +100,41 @@ func (r *compiledRule) matchPath(segs []string) bool {
 	return false
 }
 
-// matchSegments matches path segments against a pattern where "*" is one
-// segment and "**" zero or more.
+// matchSegments matches path segments against a pattern where "*" is
+// exactly one segment and "**" zero or more. It backtracks only to the
+// most recent "**" (the linear glob algorithm), so a request path cannot
+// make it take more than len(pat)*len(segs) steps, whatever the pattern.
 func matchSegments(pat, segs []string) bool {
-	for len(pat) > 0 {
-		switch pat[0] {
-		case "**":
-			if len(pat) == 1 {
-				return true
-			}
-			for i := 0; i <= len(segs); i++ {
-				if matchSegments(pat[1:], segs[i:]) {
-					return true
+	px, sx := 0, 0
+	starPx, starSx := -1, 0 // where the last "**" was, and how much it has eaten
+	for px < len(pat) || sx < len(segs) {
+		if px < len(pat) {
+			switch pat[px] {
+			case "**":
+				starPx, starSx = px, sx
+				px++
+				continue
+			case "*":
+				if sx < len(segs) {
+					px, sx = px+1, sx+1
+					continue
+				}
+			default:
+				if sx < len(segs) && segs[sx] == pat[px] {
+					px, sx = px+1, sx+1
+					continue
 				}
 			}
-			return false
-		case "*":
-			if len(segs) == 0 {
-				return false
-			}
-		default:
-			if len(segs) == 0 || segs[0] != pat[0] {
-				return false
-			}
 		}
-		pat, segs = pat[1:], segs[1:]
+		// Mismatch: let the last "**" eat one more segment, if any remain.
+		if starPx >= 0 && starSx < len(segs) {
+			starSx++
+			px, sx = starPx+1, starSx
+			continue
+		}
+		return false
 	}
-	return len(segs) == 0
+	return true
 }
 
 // compilePolicy indexes a PolicySpec by host. defaultPorts applies to allow
@@ -264,7 +272,18 @@ func (p *Policy) decide(h Host, q *request) Decision {
 		v.add(p.exact[name], q)
 		for i := strings.IndexByte(name, '.'); i >= 0; i = strings.IndexByte(name, '.') {
 			name = name[i+1:]
-			v.add(p.wild[name], q)
+			set := p.wild[name]
+			if set == nil {
+				continue
+			}
+			// A wildcard never reaches across a public suffix:
+			// *.amazonaws.com must not match bucket.s3.amazonaws.com,
+			// where s3.amazonaws.com is a public suffix anyone can
+			// register names under (Public Suffix List).
+			if len(name) <= int(h.suffix) {
+				break
+			}
+			v.add(set, q)
 		}
 	}
 	switch {
@@ -321,6 +340,11 @@ func (p *Policy) DecideRequest(h Host, port uint16, method, escapedPath string) 
 	if method == "" {
 		method = "GET"
 	}
+	if strings.ToUpper(method) != method {
+		// Methods are case-sensitive (RFC 9110 §9.1), but some servers
+		// are not: "delete" must not slip past a rule about DELETE.
+		return Decision{Reason: MethodNotAllowed}
+	}
 	q := request{port: port, method: method, segs: segs}
 	return p.decide(h, &q)
 }
@@ -344,12 +368,29 @@ func splitPath(escaped string) ([]string, bool) {
 			continue // one trailing slash: "/a/" is "/a"
 		}
 		dec, ok := unescapeSegment(s)
-		if !ok || dec == "" || dec == "." || dec == ".." {
+		if !ok || !canonicalSegment(dec) {
 			return nil, false
 		}
 		segs = append(segs, dec)
 	}
 	return segs, true
+}
+
+// canonicalSegment reports whether a decoded segment means the same to
+// every server: not empty, not a dot-segment, with no backslash or control
+// character, and no dot-segment hidden before a ";" parameter ("..;"),
+// which Tomcat, Jetty and Spring read as "..".
+func canonicalSegment(seg string) bool {
+	base, _, _ := strings.Cut(seg, ";")
+	if base == "" || base == "." || base == ".." {
+		return false
+	}
+	for i := 0; i < len(seg); i++ {
+		if c := seg[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // unescapeSegment percent-decodes one path segment, refusing encoded

@@ -504,3 +504,119 @@ func FuzzDecideRequest(f *testing.F) {
 		}
 	})
 }
+
+// A wildcard never reaches across a public suffix: below amazonaws.com,
+// s3.amazonaws.com is a public suffix (anyone's bucket lives under it).
+func TestDecideWildcardNeverCrossesAPublicSuffix(t *testing.T) {
+	p := defaultPolicy(t, `
+policies:
+  default:
+    allow:
+      - host: "*.amazonaws.com"
+        ports: [443]
+      - host: "*.example.co.uk"
+        ports: [443]
+      - host: my-bucket.s3.amazonaws.com
+        ports: [443]
+`)
+	checkDecide(t, p, []decideCase{
+		{"ec2.amazonaws.com", 443, allowedBy(allowRule(0))},
+		{"attacker-bucket.s3.amazonaws.com", 443, denied(HostNotAllowed)},
+		{"my-bucket.s3.amazonaws.com", 443, allowedBy(allowRule(2))}, // an exact rule is explicit
+		{"www.example.co.uk", 443, allowedBy(allowRule(1))},
+		{"a.b.example.co.uk", 443, allowedBy(allowRule(1))},
+	})
+}
+
+// Path matching takes time linear in the pattern times the path, whatever
+// the number of "**": a long crafted path cannot pin a CPU.
+func TestDecideRequestPathMatchingIsNotExponential(t *testing.T) {
+	p := defaultPolicy(t, `
+policies:
+  default:
+    allow:
+      - host: gh.test
+    deny:
+      - host: gh.test
+        paths: ["/**/a/**/b/**/c/**/git-receive-pack"]
+`)
+	h := mustHost(t, "gh.test")
+	path := strings.Repeat("/a/b", 8000) + "/x"
+	if got := p.DecideRequest(h, 80, "GET", path); got != allowedBy(allowRule(0)) {
+		t.Fatalf("got %+v", got)
+	}
+	path = strings.Repeat("/a/b", 8000) + "/c/git-receive-pack"
+	if got := p.DecideRequest(h, 80, "POST", path); got != deniedBy(denyRule(0)) {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestMatchSegments(t *testing.T) {
+	cases := []struct {
+		pat, path string
+		want      bool
+	}{
+		{"/**", "/", true},
+		{"/**", "/a/b", true},
+		{"/a/**", "/a", true},
+		{"/a/**", "/a/b/c", true},
+		{"/a/**", "/b", false},
+		{"/a/*", "/a", false},
+		{"/a/*", "/a/b", true},
+		{"/a/*", "/a/b/c", false},
+		{"/**/git-receive-pack", "/git-receive-pack", true},
+		{"/**/git-receive-pack", "/acme/r.git/git-receive-pack", true},
+		{"/**/git-receive-pack", "/acme/r.git/git-receive-pack/x", false},
+		{"/*/**/z", "/a/z", true},
+		{"/*/**/z", "/z", false},
+		{"/**/b/**/d", "/a/b/c/d", true},
+		{"/**/b/**/d", "/a/b/c/e", false},
+		{"/**/*/x", "/x", false},
+		{"/**/*/x", "/y/x", true},
+	}
+	for _, tc := range cases {
+		pat, _ := splitPath(tc.pat)
+		segs, ok := splitPath(tc.path)
+		if !ok {
+			t.Fatalf("splitPath(%q) refused", tc.path)
+		}
+		if got := matchSegments(pat, segs); got != tc.want {
+			t.Errorf("match(%q, %q) = %v, want %v", tc.pat, tc.path, got, tc.want)
+		}
+	}
+}
+
+func TestDecideRequestRefusesWhatServersReadDifferently(t *testing.T) {
+	p := defaultPolicy(t, `
+policies:
+  default:
+    allow:
+      - host: l7.test
+        paths: ["/public/**"]
+    deny:
+      - host: l7.test
+        methods: [DELETE]
+`)
+	h := mustHost(t, "l7.test")
+	cases := []struct {
+		method, path string
+		want         Decision
+	}{
+		{"GET", "/public/..;/admin", denied(PathNotCanonical)},
+		{"GET", "/public/.;/admin", denied(PathNotCanonical)},
+		{"GET", "/public/%2e%2e%3b/admin", denied(PathNotCanonical)},
+		{"GET", "/public/..%09/admin", denied(PathNotCanonical)},
+		{"GET", "/public/;x/admin", denied(PathNotCanonical)},
+		{"GET", "/public/a%5Cb", denied(PathNotCanonical)},
+		{"GET", "/public/a;v=1", allowedBy(allowRule(0))},
+		{"delete", "/public/x", denied(MethodNotAllowed)},
+		{"Delete", "/public/x", denied(MethodNotAllowed)},
+		{"DELETE", "/public/x", deniedBy(denyRule(0))},
+		{"GET", "/public/x", allowedBy(allowRule(0))},
+	}
+	for _, tc := range cases {
+		if got := p.DecideRequest(h, 80, tc.method, tc.path); got != tc.want {
+			t.Errorf("%s %s: got %+v, want %+v", tc.method, tc.path, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
 )
 
 // ErrInvalidHost is wrapped by every error ParseHost and ParseAuthority
@@ -21,9 +22,23 @@ var ErrInvalidHost = errors.New("invalid host")
 // ParseHost and ParseAuthority, so nothing downstream can match an
 // uncanonicalised string. Host is comparable and cheap to copy.
 type Host struct {
-	name string     // canonical name; "" when the host is an address
-	addr netip.Addr // valid only when name == ""
+	name   string     // canonical name; "" when the host is an address
+	addr   netip.Addr // valid only when name == ""
+	suffix uint8      // length of name's public suffix (Public Suffix List); 0 for addresses
 }
+
+// nameHost builds the Host for a canonical name. It looks up the name's
+// public suffix once here, so that matching (Policy.Decide) needs no
+// lookup and allocates nothing.
+func nameHost(name string) Host {
+	ps, _ := publicsuffix.PublicSuffix(name)
+	return Host{name: name, suffix: uint8(len(ps))}
+}
+
+// PublicSuffix returns the public suffix of a name host ("co.uk" for
+// a.example.co.uk, "s3.amazonaws.com" for bucket.s3.amazonaws.com; the
+// last label when no Public Suffix List rule matches), or "" for an IP host.
+func (h Host) PublicSuffix() string { return h.name[len(h.name)-int(h.suffix):] }
 
 // Limits on host text, in bytes.
 const (
@@ -151,7 +166,7 @@ func parseHost(s string, bareV6, fast bool) (Host, error) {
 		}
 		return Host{addr: a}, nil
 	}
-	return Host{name: name}, nil
+	return nameHost(name), nil
 }
 
 // parseBracketed parses "[v6]" (RFC 3986 IP-literal, without IPvFuture);
