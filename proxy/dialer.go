@@ -110,7 +110,9 @@ func (d *dialer) resolve(ctx context.Context, cfg *policy.Config, h policy.Host)
 		addrs = static
 	default:
 		var err error
-		addrs, err = d.resolver.LookupNetIP(ctx, "ip", h.Name())
+		// Fully qualified, so resolv.conf search domains never turn an
+		// allowed name into another one.
+		addrs, err = d.resolver.LookupNetIP(ctx, "ip", h.Name()+".")
 		if err != nil {
 			return nil, &resolveError{err}
 		}

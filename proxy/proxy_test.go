@@ -219,3 +219,32 @@ func TestGoproxyRefusesCONNECTItself(t *testing.T) {
 		t.Fatalf("goproxy accepted a CONNECT: %q", line)
 	}
 }
+
+// A client that half-closes its side and then never reads must not keep a
+// tunnel open past the idle timeout.
+func TestHalfClosedTunnelThatStopsReadingIsClosedWhenIdle(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	addr, srv := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 500ms}\n")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	// Ask for far more than socket buffers hold, half-close, never read.
+	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 256<<20)
+	c.(*net.TCPConn).CloseWrite()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for srv.OpenTunnels() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the tunnel was still open 20s after going idle")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -51,7 +51,11 @@ type Server struct {
 	tunnelCtx    context.Context
 	closeTunnels context.CancelFunc
 	tunnels      sync.WaitGroup
+	open         atomic.Int64 // tunnels open now
 }
+
+// OpenTunnels returns the number of CONNECT tunnels open now.
+func (s *Server) OpenTunnels() int64 { return s.open.Load() }
 
 // New returns a Server enforcing cfg and writing audit events to log.
 // errlog receives operational messages (never request data); nil

@@ -80,8 +80,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		ev.Peer = ap.Addr()
 	}
 
+	// Register the tunnel before hijacking: http.Server.Shutdown stops
+	// waiting for a connection once it is hijacked, and Server.Shutdown
+	// must then see this tunnel.
+	s.tunnels.Add(1)
+	s.open.Add(1)
 	clientConn, rw, err := hj.Hijack()
 	if err != nil {
+		s.open.Add(-1)
+		s.tunnels.Done()
 		upstream.Close()
 		ev.Status, ev.Reason, ev.ErrorType = http.StatusInternalServerError, reasonUpstreamError, "hijack"
 		return
@@ -90,15 +97,17 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 	if _, err := io.WriteString(clientConn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		clientConn.Close()
 		upstream.Close()
+		s.open.Add(-1)
+		s.tunnels.Done()
 		return
 	}
 
 	// From here the tunnel runs on its own; its audit line is written when
 	// it closes.
 	logged = true
-	s.tunnels.Add(1)
 	go func() {
 		defer s.tunnels.Done()
+		defer s.open.Add(-1)
 		sent, received, why := s.pipe(clientConn, rw.Reader, upstream, sb.IdleTimeout)
 		ev.BytesSent, ev.BytesReceived, ev.CloseReason = sent, received, why
 		ev.Duration = time.Since(ev.Start)
@@ -177,7 +186,12 @@ func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCP
 func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration) (int64, bool) {
 	var total int64
 	for {
-		src.SetReadDeadline(time.Now().Add(idle))
+		// Deadlines on both the read and the write side: a peer that
+		// stops reading (a half-closed client that never drains) must
+		// not hold the tunnel open past idle either.
+		deadline := time.Now().Add(idle)
+		src.SetReadDeadline(deadline)
+		dst.SetWriteDeadline(deadline)
 		var n int64
 		var err error
 		if srcTCP != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -89,6 +91,11 @@ func parseCIDRFlags(vals []string) ([]netip.Prefix, error) {
 // write their audit lines.
 func run(ctx context.Context, cfg *policy.Config, listen string) error {
 	errlog := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// net/http logs some upstream misbehaviour through the standard
+	// logger, quoting response bytes ("Unsolicited response received on
+	// idle HTTP channel starting with ..."): keep the message, not the data.
+	log.SetFlags(0)
+	log.SetOutput(stdlogWriter{errlog})
 	alog, err := audit.Open(cfg.Audit.Output)
 	if err != nil {
 		return err
@@ -161,4 +168,20 @@ func adminHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", ok)
 	return mux
+}
+
+// stdlogWriter sends standard-library log output to slog, cut before any
+// quoted data so that no upstream bytes reach the operational log.
+type stdlogWriter struct{ l *slog.Logger }
+
+func (w stdlogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	if i := strings.Index(msg, " starting with"); i >= 0 {
+		msg = msg[:i]
+	}
+	if i := strings.IndexAny(msg, `"`); i >= 0 {
+		msg = msg[:i] + "(quoted data removed)"
+	}
+	w.l.Warn(msg, "component", "net/http")
+	return len(p), nil
 }
