@@ -1,6 +1,10 @@
 package policy
 
-import "net/netip"
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
 
 // AddressRules decides which destination addresses may be dialled. The zero
 // value (and a nil *AddressRules) applies only the built-in special-purpose
@@ -52,9 +56,10 @@ const (
 //  5. anything else is allowed.
 //
 // In steps 2 and 3 an IPv4-mapped address (::ffff:a.b.c.d) is matched as the
-// IPv4 address it maps, and a NAT64 well-known-prefix (64:ff9b::/96) or 6to4
-// (2002::/16) address matches if either it or the IPv4 address it embeds is
-// in the list. So allow_cidrs 127.0.0.1/32 makes both 127.0.0.1 and
+// IPv4 address it maps; a NAT64 well-known-prefix (64:ff9b::/96) address
+// matches if either it or the IPv4 address it embeds is in the list; a 6to4
+// (2002::/16) address matches Deny through the IPv4 it embeds, but Allow
+// only by itself. So allow_cidrs 127.0.0.1/32 makes both 127.0.0.1 and
 // ::ffff:127.0.0.1 dialable.
 func (r *AddressRules) Check(a netip.Addr) error {
 	if !a.IsValid() {
@@ -64,16 +69,22 @@ func (r *AddressRules) Check(a netip.Addr) error {
 		return &BlockedAddrError{Addr: a, Why: whyAddrZoned}
 	}
 	if r != nil && (len(r.Deny) > 0 || len(r.Allow) > 0) {
-		key, v4 := a, netip.Addr{}
+		key, v4, allowV4 := a, netip.Addr{}, netip.Addr{}
 		if a.Is4In6() {
 			key = a.Unmap()
-		} else if e, _, ok := embeddedIPv4(a); ok {
+		} else if e, form, ok := embeddedIPv4(a); ok {
 			v4 = e
+			// An exception for an IPv4 address extends to its NAT64 form
+			// (the same host through a translator), not to the 6to4 /48,
+			// which is a whole site's network behind that address.
+			if form == "NAT64" {
+				allowV4 = e
+			}
 		}
 		if prefixesContain(r.Deny, key, v4) {
 			return &BlockedAddrError{Addr: a, Why: whyAddrDenied}
 		}
-		if prefixesContain(r.Allow, key, v4) {
+		if prefixesContain(r.Allow, key, allowV4) {
 			return nil
 		}
 	}
@@ -267,3 +278,45 @@ var specialIPv6 = [...]specialRange{
 	{specialPrefix("3fff::/20"), "documentation (RFC 9637)"},                   // IANA: documentation, RFC 9637
 	{specialPrefix("2620:4f:8000::/48"), "AS112 direct delegation (RFC 7534)"}, // IANA: direct delegation AS112 service, RFC 7534
 }
+
+// CheckAllowCIDR reports an error if making p an exception (allow_cidrs,
+// --allow-cidr) would make a cloud metadata endpoint dialable, in any of
+// its forms (plain, IPv4-mapped, NAT64), unless p is exactly that one
+// address or deny covers it. Metadata endpoints hand out the host's cloud
+// credentials: an exception such as 0.0.0.0/0, 169.254.0.0/16 or fc00::/7
+// must not open them by accident.
+func CheckAllowCIDR(p netip.Prefix, deny []netip.Prefix) error {
+	rules := AddressRules{Allow: []netip.Prefix{p}, Deny: deny}
+	for _, m := range metadataAddrs {
+		if p.Bits() == m.BitLen() && p.Addr() == m {
+			continue // exactly that address: deliberate
+		}
+		forms := []netip.Addr{m}
+		if m.Is4() {
+			b := m.As4()
+			forms = append(forms, netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
+				netip.AddrFrom16([16]byte{0: 0x00, 1: 0x64, 2: 0xff, 3: 0x9b, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}))
+		}
+		for _, f := range forms {
+			if rules.Check(f) == nil {
+				return fmt.Errorf("%s covers the cloud metadata address %s, which hands out the host's credentials; "+
+					"narrow the range, or add %s to network.deny_cidrs", p, m, netip.PrefixFrom(m, m.BitLen()))
+			}
+		}
+	}
+	return nil
+}
+
+// metadataAddrs are the single cloud metadata addresses of the built-in
+// lists.
+var metadataAddrs = func() []netip.Addr {
+	var out []netip.Addr
+	for _, table := range [][]specialRange{specialIPv4[:], specialIPv6[:]} {
+		for _, r := range table {
+			if strings.HasPrefix(r.why, whyMetadata) && r.prefix.IsSingleIP() {
+				out = append(out, r.prefix.Addr())
+			}
+		}
+	}
+	return out
+}()

@@ -86,6 +86,18 @@ func (c *Config) validate(d *decoder) {
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
 	}
+	if c.Network.Ports != nil && len(c.Network.Ports) == 0 {
+		d.errorfAt(c.Network.Pos, "network.ports", "an empty list allows no port; remove the key for the default [80, 443]")
+	}
+	var deny []netip.Prefix
+	for _, p := range c.Network.DenyCIDRs {
+		deny = append(deny, p.Prefix)
+	}
+	for i, p := range c.Network.AllowCIDRs {
+		if err := CheckAllowCIDR(p.Prefix, deny); err != nil {
+			d.errorfAt(p.pos, fmt.Sprintf("network.allow_cidrs[%d]", i), "%v", err)
+		}
+	}
 	for _, name := range sortedKeys(c.Policies) {
 		p := c.Policies[name]
 		if p == nil {
@@ -101,6 +113,9 @@ func (c *Config) validate(d *decoder) {
 				rules = p.Deny
 			}
 			for i, r := range rules {
+				if r.Ports != nil && len(r.Ports) == 0 {
+					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d].ports", name, kind, i), "an empty list matches no port; remove the key")
+				}
 				if r.Host.Host.IsZero() {
 					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), "a rule needs a host")
 				}
@@ -239,19 +254,66 @@ func (c *Config) StaticHost(h Host) ([]netip.Addr, bool) {
 }
 
 // WithAllowCIDRs returns a copy of c whose address rules also allow the
-// given prefixes (airlock run --allow-cidr). c is not changed.
-func (c *Config) WithAllowCIDRs(extra []netip.Prefix) *Config {
+// given prefixes (airlock run --allow-cidr). c is not changed. It fails,
+// like network.allow_cidrs, for a prefix that would open a cloud metadata
+// address (see CheckAllowCIDR).
+func (c *Config) WithAllowCIDRs(extra []netip.Prefix) (*Config, error) {
+	for _, p := range extra {
+		if err := CheckAllowCIDR(p, c.addrs.Deny); err != nil {
+			return nil, err
+		}
+	}
 	cp := *c
 	cp.addrs.Allow = append(slices.Clone(c.addrs.Allow), extra...)
-	return &cp
+	return &cp, nil
 }
 
 // File returns the file name the configuration was parsed from.
 func (c *Config) File() string { return c.file }
 
-// String summarises the configuration for logs: file, policies, sandboxes.
+// String summarises the configuration for logs: policies and sandboxes
+// (the implicit "default" included).
 func (c *Config) String() string {
-	return fmt.Sprintf("%s (policies: %s; sandboxes: %d)", c.file, strings.Join(sortedKeys(c.Policies), ", "), len(c.sandboxes))
+	return fmt.Sprintf("policies: %s; sandboxes: %s", orNone(sortedKeys(c.Policies)), orNone(sortedKeys(c.sandboxes)))
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
+}
+
+// Warnings returns what is valid but probably not what the author meant,
+// one line per finding, each naming file:line:col and the key path: a
+// missing default policy (so unclaimed clients are denied everything), an
+// IP-literal allow rule for an address that stays blocked, and an
+// IP-literal deny rule (names that resolve to that address are not
+// stopped by it; network.deny_cidrs is).
+func (c *Config) Warnings() []string {
+	var out []string
+	at := func(p position, path, format string, args ...any) {
+		out = append(out, (&ConfigError{File: c.file, Line: p.Line, Col: p.Col, Path: path, Msg: fmt.Sprintf(format, args...)}).Error())
+	}
+	if _, ok := c.Policies[DefaultSandbox]; !ok {
+		at(position{}, "policies", "no policy named %q: clients that no sandbox claims are denied everything", DefaultSandbox)
+	}
+	for _, name := range sortedKeys(c.Policies) {
+		spec := c.Policies[name]
+		for i, r := range spec.Allow {
+			if a := r.Host.Host.Addr(); r.Host.Host.IsIP() && c.addrs.Check(a) != nil {
+				at(r.Pos, fmt.Sprintf("policies.%s.allow[%d]", name, i),
+					"%s is a blocked address, so this rule has no effect unless network.allow_cidrs covers it", a)
+			}
+		}
+		for i, r := range spec.Deny {
+			if r.Host.Host.IsIP() {
+				at(r.Pos, fmt.Sprintf("policies.%s.deny[%d]", name, i),
+					"a deny rule on an IP literal does not stop names that resolve to %s; use network.deny_cidrs for that", r.Host.Host)
+			}
+		}
+	}
+	return out
 }
 
 // Decide is the host-level decision for sandbox sb connecting to h:port

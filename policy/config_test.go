@@ -151,7 +151,32 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "a section this version does not implement",
 			src:  lines("tls:", "  ca_cert: ca.pem"),
-			want: []wantErr{{1, 1, "tls", "unknown key"}},
+			want: []wantErr{{1, 1, "tls", "TLS interception is not available in this version"}},
+		},
+		{
+			name: "a localhost rule (localhost is always blocked)",
+			src:  lines("policies:", "  default:", "    allow:", "      - host: \"*.localhost\""),
+			want: []wantErr{{4, 15, "policies.default.allow[0].host", "always blocked (RFC 6761)"}},
+		},
+		{
+			name: "an allow_cidrs exception that opens cloud metadata",
+			src:  lines("network:", "  allow_cidrs: [10.0.0.0/8, 169.254.0.0/16]"),
+			want: []wantErr{{2, 29, "network.allow_cidrs[1]", "covers the cloud metadata address 169.254.169.254"}},
+		},
+		{
+			name: "an allow_cidrs exception for all of IPv4, written mapped",
+			src:  lines("network:", "  allow_cidrs: [\"::ffff:0:0/96\"]"),
+			want: []wantErr{{2, 17, "network.allow_cidrs[0]", "covers the cloud metadata address"}},
+		},
+		{
+			name: "empty ports",
+			src:  lines("network:", "  ports: []"),
+			want: []wantErr{{2, 3, "network.ports", "an empty list allows no port"}},
+		},
+		{
+			name: "a rule credential this version does not implement",
+			src:  lines("policies:", "  default:", "    allow:", "      - host: api.github.com", "        credential: github"),
+			want: []wantErr{{5, 9, "policies.default.allow[0].credential", "credential injection is not available in this version"}},
 		},
 	})
 }
@@ -585,7 +610,7 @@ func TestParseRejectsBadSandboxes(t *testing.T) {
 func TestParseRejectsBadDuration(t *testing.T) {
 	const msg = "expected a duration such as 30s, 5m or 1h30m, got "
 	checkParseErrors(t, []parseErrorCase{
-		{"bare number", lines("limits:", "  idle_timeout: 5"), []wantErr{{2, 17, "limits.idle_timeout", msg + `int "5"`}}},
+		{"bare number", lines("limits:", "  idle_timeout: 5"), []wantErr{{2, 17, "limits.idle_timeout", "expected a duration with a unit; did you mean 5s?"}}},
 		{"words", lines("limits:", "  idle_timeout: 5 minutes"), []wantErr{{2, 17, "limits.idle_timeout", msg + `str "5 minutes"`}}},
 		{"negative", lines("limits:", "  header_timeout: -1s"), []wantErr{{2, 19, "limits.header_timeout", msg + `str "-1s"`}}},
 		{"days", lines("policies: {default: {}}", "sandboxes:", "  - name: agent-1", "    limits: {idle_timeout: 1d}"),
@@ -969,8 +994,14 @@ func TestWithAllowCIDRsDoesNotModifyOriginal(t *testing.T) {
 	c := mustParse(t, lines("network: {allow_cidrs: [10.1.2.3/32]}", "policies: {default: {allow: [{host: 10.9.9.9}]}}"))
 	blocked := netip.MustParseAddr("10.9.9.9")
 
-	a := c.WithAllowCIDRs([]netip.Prefix{netip.MustParsePrefix("10.9.9.0/24")})
-	b := c.WithAllowCIDRs([]netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")})
+	a, err := c.WithAllowCIDRs([]netip.Prefix{netip.MustParsePrefix("10.9.9.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.WithAllowCIDRs([]netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	if err := a.AddressRules().Check(blocked); err != nil {
 		t.Errorf("copy with 10.9.9.0/24: Check(10.9.9.9) = %v, want allowed", err)
@@ -1052,4 +1083,62 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		_ = c.String()
 	})
+}
+
+func TestCheckAllowCIDRGuardsCloudMetadata(t *testing.T) {
+	cases := []struct {
+		allow string
+		deny  []string
+		ok    bool
+	}{
+		{"10.0.0.0/8", nil, true},
+		{"127.0.0.1/32", nil, true},
+		{"169.254.169.254/32", nil, true}, // exactly the address: deliberate
+		{"169.254.0.0/16", nil, false},
+		{"169.254.0.0/16", []string{"169.254.169.254/32", "169.254.170.0/24"}, true},
+		{"0.0.0.0/0", nil, false},
+		{"::/0", nil, false},
+		{"fc00::/7", nil, false}, // AWS IMDS over IPv6 is fd00:ec2::254
+		{"fc00::/7", []string{"fd00:ec2::/32"}, true},
+		{"64:ff9b::/96", nil, false},  // NAT64 form of every IPv4 address
+		{"100.64.0.0/10", nil, false}, // Alibaba Cloud's 100.100.100.200
+		{"168.63.129.0/24", nil, false},
+	}
+	for _, tc := range cases {
+		var deny []netip.Prefix
+		for _, d := range tc.deny {
+			deny = append(deny, netip.MustParsePrefix(d))
+		}
+		err := CheckAllowCIDR(netip.MustParsePrefix(tc.allow), deny)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckAllowCIDR(%s, deny %v) = %v, want ok=%v", tc.allow, tc.deny, err, tc.ok)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	c := mustParse(t, lines(
+		"policies:",
+		"  strict:",
+		"    allow:",
+		"      - host: 10.1.2.3",
+		"    deny:",
+		"      - host: 93.184.215.14",
+		"sandboxes:",
+		"  - name: agent",
+		"    policy: strict",
+	))
+	got := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{
+		`airlock.yaml: policies: no policy named "default"`,
+		"airlock.yaml:4:9: policies.strict.allow[0]: 10.1.2.3 is a blocked address",
+		"airlock.yaml:6:9: policies.strict.deny[0]: a deny rule on an IP literal does not stop names",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if w := mustParse(t, lines("policies: {default: {allow: [{host: a.example}]}}")).Warnings(); len(w) != 0 {
+		t.Errorf("a plain policy has warnings: %v", w)
+	}
 }

@@ -74,7 +74,6 @@ func TestDecideMatchesHosts(t *testing.T) {
 		"      - host: files.pythonhosted.org",     // allow[3]
 		"      - host: 10.1.2.3",                   // allow[4]
 		`      - host: "2001:db8::7"`,              // allow[5]
-		"      - host: localhost",                  // allow[6]
 	))
 	checkDecide(t, p, []decideCase{
 		// Exact names: case-insensitive, one trailing dot ignored, nothing

@@ -57,6 +57,15 @@ type decoder struct {
 	errs []error
 }
 
+// laterKeys are keys of the design's configuration contract that later
+// versions implement: refused with a message that says so, not as typos.
+var laterKeys = map[string]string{
+	"tls":         "TLS interception",
+	"auth":        "session-token authentication",
+	"credentials": "the credential broker",
+	"dns":         "the DNS filter",
+}
+
 // nodeDecoder is implemented by config types that parse and validate their
 // own YAML node (host patterns, CIDRs, ports, durations...).
 type nodeDecoder interface {
@@ -152,6 +161,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 
 func (d *decoder) decodeDuration(n *yaml.Node, v reflect.Value, path string) {
 	dur, err := time.ParseDuration(n.Value)
+	if isScalar(n, "!!int") {
+		d.errorf(n, path, "expected a duration with a unit; did you mean %ss?", n.Value)
+		return
+	}
 	if !isScalar(n, "!!str") || err != nil || dur < 0 {
 		d.errorf(n, path, "expected a duration such as 30s, 5m or 1h30m, got %s", describe(n))
 		return
@@ -196,6 +209,13 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		fi, ok := fields[k.Value]
 		if !ok {
+			if what, later := laterKeys[kp]; later || (k.Value == "credential" && strings.HasPrefix(path, "policies.")) {
+				if what == "" {
+					what = "credential injection"
+				}
+				d.errorf(k, kp, "%s is not available in this version of Airlock; remove the key", what)
+				continue
+			}
 			d.errorf(k, kp, "unknown key; expected one of: %s", strings.Join(keys, ", "))
 			continue
 		}
@@ -323,7 +343,8 @@ func (d *decoder) syntaxError(err error) {
 	if line == 0 || slices.Contains(yamlParserProblems, msg) {
 		line++
 	}
-	d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Col: 1, Msg: "YAML syntax: " + msg})
+	d.errs = append(d.errs, &ConfigError{File: d.file, Line: line, Col: 1,
+		Msg: "YAML syntax: " + msg + ` (values that start with "*", "&", "!" or "[", or contain ": " or " #", need quotes: host: "*.example.com")`})
 }
 
 func isNull(n *yaml.Node) bool {

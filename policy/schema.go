@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/publicsuffix"
 	"gopkg.in/yaml.v3"
 )
 
@@ -65,6 +64,7 @@ type Network struct {
 	Ports      []Port      `yaml:"ports"`       // default ports for rules that name none; default [80, 443]
 	Resolvers  []Resolver  `yaml:"resolvers"`   // "IP" or "IP:port"; empty = the system resolver
 	Hosts      StaticHosts `yaml:"hosts"`       // name -> address(es), checked like any DNS answer
+	Pos        position
 }
 
 // Limits holds timeouts. Top-level values are the defaults; a sandbox's
@@ -141,11 +141,14 @@ func (p *HostPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
 		d.errorf(n, path, "%q is an IPv4-mapped address; write %s", n.Value, a.Unmap())
 		return
 	}
+	if h.IsLocalhost() || (wild && h.Name() == "localhost") {
+		d.errorf(n, path, "%q: localhost names always mean this machine and are always blocked (RFC 6761); remove the rule", n.Value)
+		return
+	}
 	if wild {
 		// A wildcard at or above a public suffix (*.com, *.co.uk,
 		// *.github.io) would allow names anybody can register.
-		suffix, _ := publicsuffix.PublicSuffix(h.Name())
-		if suffix == h.Name() {
+		if h.PublicSuffix() == h.Name() {
 			d.errorf(n, path, "%q is a public suffix wildcard: anyone can register names under %q; list the hosts you need", n.Value, h.Name())
 			return
 		}
@@ -167,7 +170,10 @@ func (p *Port) decodeNode(d *decoder, n *yaml.Node, path string) {
 
 // Prefix is a CIDR ("10.1.2.3/32", "2001:db8::/32"); a bare address means
 // its single-address prefix.
-type Prefix struct{ netip.Prefix }
+type Prefix struct {
+	netip.Prefix
+	pos position
+}
 
 func (p *Prefix) decodeNode(d *decoder, n *yaml.Node, path string) {
 	if !isScalar(n, "!!str") {
@@ -193,7 +199,7 @@ func (p *Prefix) decodeNode(d *decoder, n *yaml.Node, path string) {
 		d.errorf(n, path, "%q has host bits set; did you mean %s?", n.Value, pfx.Masked())
 		return
 	}
-	p.Prefix = pfx
+	p.Prefix, p.pos = pfx, position{n.Line, n.Column}
 }
 
 // Method is an HTTP request method token (RFC 9110 §9.1), case-sensitive.

@@ -36,7 +36,10 @@ func newPolicyCheckCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: %s\n", args[0], cfg)
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", args[0], cfg)
 			return nil
 		},
 	}
@@ -70,11 +73,12 @@ Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, 
 				return exitError{2}
 			}
 			extra, err := parseCIDRFlags(allowCIDRs)
-			if err != nil {
-				return err
+			if err == nil {
+				cfg, err = cfg.WithAllowCIDRs(extra)
 			}
-			if len(extra) > 0 {
-				cfg = cfg.WithAllowCIDRs(extra)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: --allow-cidr", err)
+				return exitError{2}
 			}
 			sb, ok := cfg.Sandbox(sandbox)
 			if !ok {

@@ -46,8 +46,12 @@ func newRunCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 				return exitError{2}
 			}
-			if len(extra) > 0 {
-				cfg = cfg.WithAllowCIDRs(extra)
+			if cfg, err = cfg.WithAllowCIDRs(extra); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: --allow-cidr", err)
+				return exitError{2}
+			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			if listen == "" {
 				listen = string(cfg.Listen.Proxy)
