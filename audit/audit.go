@@ -8,14 +8,14 @@
 // sandbox, decision, reason, rule, intercepted, bytes_sent, bytes_received,
 // duration_ms, close_reason). The package writes only what an Event holds: it never sees
 // headers, so no credential, placeholder or session token can reach a line.
-// Query strings are reduced to their keys by QueryKeys before they get here.
+// Query strings are reduced to their keys by QueryKeys, and path parameters
+// removed by Path, before they get here.
 package audit
 
 import (
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -40,8 +40,8 @@ type Event struct {
 	Scheme   string // url.scheme: "http", "https"; empty for tunnels
 	Host     string // server.address: the canonical host decided on
 	Port     uint16 // server.port
-	Path     string // url.path, as received (percent-encoded)
-	Query    string // url.query: keys only, see QueryKeys
+	Path     string // url.path, as received (percent-encoded), reduced by Path
+	Query    string // url.query: keys only, reduced by QueryKeys
 	Status   int    // http.response.status_code sent to the client
 	Decision string // "allow" or "deny"
 	Reason   string // machine-readable reason (policy.Reason, or a proxy reason)
@@ -145,8 +145,11 @@ func (l *Logger) Log(e *Event) {
 
 // QueryKeys reduces a raw query string to its keys, in order, joined by
 // "&" ("a=1&b=secret" -> "a&b"), so that no query value (tokens, signed
-// URL signatures) reaches the log. Keys are unescaped where possible and
-// cut to 64 bytes each; at most 32 keys are kept.
+// URL signatures) reaches the log. Only keys that look like parameter
+// names are kept: up to 32 characters of letters, digits and "_-.[]",
+// followed by "=". Anything else (a bare "?token", a key with encoded
+// characters) may itself be the secret and is written as "-". At most 32
+// keys are kept, then "...".
 func QueryKeys(rawQuery string) string {
 	if rawQuery == "" {
 		return ""
@@ -160,14 +163,44 @@ func QueryKeys(rawQuery string) string {
 			keys = append(keys, "...")
 			break
 		}
-		k, _, _ := strings.Cut(part, "=")
-		if u, err := url.QueryUnescape(k); err == nil {
-			k = u
+		k, _, hasValue := strings.Cut(part, "=")
+		if !hasValue || !isParamName(k) {
+			k = "-"
 		}
-		if len(k) > 64 {
-			k = k[:64]
-		}
-		keys = append(keys, url.QueryEscape(k))
+		keys = append(keys, k)
 	}
 	return strings.Join(keys, "&")
+}
+
+func isParamName(k string) bool {
+	if k == "" || len(k) > 32 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_-.[]", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// Path returns an escaped URL path for the log with ";" parameters in
+// each segment replaced by "-" ("/a;jsessionid=XYZ/b" -> "/a;-/b"):
+// path parameters carry session identifiers and tokens. Paths longer than
+// 2048 bytes are cut and end in "...".
+func Path(escaped string) string {
+	if strings.IndexByte(escaped, ';') >= 0 {
+		segs := strings.Split(escaped, "/")
+		for i, s := range segs {
+			if j := strings.IndexByte(s, ';'); j >= 0 {
+				segs[i] = s[:j] + ";-"
+			}
+		}
+		escaped = strings.Join(segs, "/")
+	}
+	if len(escaped) > 2048 {
+		escaped = escaped[:2048] + "..."
+	}
+	return escaped
 }

@@ -13,16 +13,19 @@ func TestQueryKeysKeepsOnlyKeys(t *testing.T) {
 	cases := []struct{ raw, want string }{
 		{"", ""},
 		{"a=1&b=secret", "a&b"},
-		{"token=ghp_abcdef&x", "token&x"},
-		{"a%20b=1", "a+b"},
-		{"=onlyvalue&&k=", "&k"},
+		{"token=ghp_abcdef&x=", "token&x"},
+		{"SECRET_BARE_TOKEN&k=V", "-&k"},    // a bare part may be the secret
+		{"sig%3DSECRET_SIG&a%20b=1", "-&-"}, // encoded characters: not a plain name
+		{"=onlyvalue&&k=", "-&k"},
 		{"X-Amz-Signature=deadbeef&X-Amz-Credential=AKIA", "X-Amz-Signature&X-Amz-Credential"},
+		{"items[]=1", "items[]"},
+		{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1", "-"},
 	}
 	for _, tc := range cases {
 		if got := QueryKeys(tc.raw); got != tc.want {
 			t.Errorf("QueryKeys(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
-		if strings.Contains(QueryKeys(tc.raw), "secret") || strings.Contains(QueryKeys(tc.raw), "deadbeef") {
+		if got := QueryKeys(tc.raw); strings.Contains(got, "secret") || strings.Contains(got, "SECRET") || strings.Contains(got, "deadbeef") {
 			t.Errorf("QueryKeys(%q) kept a value", tc.raw)
 		}
 	}
@@ -65,6 +68,20 @@ func TestLogWritesOneLineWithOpenTelemetryNames(t *testing.T) {
 	for k := range m {
 		if _, ok := want[k]; !ok {
 			t.Errorf("unexpected field %s", k)
+		}
+	}
+}
+
+func TestPathDropsPathParameters(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"/a/b", "/a/b"},
+		{"/x;SECRET=1", "/x;-"},
+		{"/a;jsessionid=XYZ/b;v=2/c", "/a;-/b;-/c"},
+		{"/" + strings.Repeat("a", 3000), "/" + strings.Repeat("a", 2047) + "..."},
+	}
+	for _, tc := range cases {
+		if got := Path(tc.in); got != tc.want {
+			t.Errorf("Path(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -189,7 +189,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		ev.Duration = time.Since(ev.Start)
 		s.log.Log(ev)
 	}()
-	ev.Path = r.URL.EscapedPath()
+	ev.Path = audit.Path(r.URL.EscapedPath())
 	ev.Query = audit.QueryKeys(r.URL.RawQuery)
 
 	if !r.URL.IsAbs() || r.URL.Host == "" {
