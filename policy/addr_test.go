@@ -5,14 +5,12 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// addressCorpusPath is the shared address corpus. The checkout has shared/
-// beside it (../../shared from this package's directory).
-var addressCorpusPath = filepath.Join("..", "..", "shared", "corpus", "addresses.tsv")
+// addressCorpusPath is the shared address corpus (see corpusPath).
+var addressCorpusPath = corpusPath("addresses.tsv")
 
 // addressCase is one row of the shared address corpus.
 type addressCase struct {
@@ -29,7 +27,7 @@ func readAddressCorpus(tb testing.TB) []addressCase {
 	tb.Helper()
 	f, err := os.Open(addressCorpusPath)
 	if err != nil {
-		tb.Fatalf("address corpus: %v (expected the shared folder beside the checkout)", err)
+		tb.Fatalf("address corpus: %v (expected shared/ beside the checkout, or policy/testdata/corpus)", err)
 	}
 	defer f.Close()
 	var cases []addressCase

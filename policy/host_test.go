@@ -5,15 +5,13 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// hostsCorpusPath is the shared host corpus; CI checks out shared/ beside
-// the repository, so it is two levels up from the package directory.
-var hostsCorpusPath = filepath.Join("..", "..", "shared", "corpus", "hosts.tsv")
+// hostsCorpusPath is the shared host corpus (see corpusPath).
+var hostsCorpusPath = corpusPath("hosts.tsv")
 
 type hostCorpusRow struct {
 	line              int
