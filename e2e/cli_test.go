@@ -98,3 +98,21 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("%v: %q", err, out)
 	}
 }
+
+// The configuration example in the README must be a valid file.
+func TestREADMEConfigExampleChecks(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README has no ```yaml block")
+	}
+	path := filepath.Join(t.TempDir(), "readme.yaml")
+	os.WriteFile(path, []byte(block), 0o600)
+	if out, err := execOutput(testutil.Binary(t), "policy", "check", path); err != nil {
+		t.Fatalf("the README's configuration example does not check: %v\n%s", err, out)
+	}
+}
