@@ -25,6 +25,7 @@ type ConfigError struct {
 	Msg  string // what was wrong and what was expected
 }
 
+// Error formats the problem as "file:line:col: key.path: message".
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)

@@ -116,6 +116,7 @@ type HostPattern struct {
 	Wildcard bool
 }
 
+// String returns the pattern as a config file writes it ("*.example.com").
 func (p HostPattern) String() string {
 	if p.Wildcard {
 		return "*." + p.Host.String()
@@ -236,6 +237,7 @@ type PathPattern struct {
 	segs []string
 }
 
+// String returns the pattern as written in the file.
 func (p PathPattern) String() string { return p.raw }
 
 func (p *PathPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
@@ -354,4 +356,5 @@ func checkListenAddr(s string) error {
 	return err
 }
 
+// String returns the port in decimal.
 func (p Port) String() string { return strconv.Itoa(int(p)) }
