@@ -39,6 +39,24 @@ func startProxy(tb testing.TB, cfgYAML string) (addr string, srv *Server) {
 	return ln.Addr().String(), srv
 }
 
+// openTunnel sends CONNECT allowed.test:port to the proxy at addr and
+// fails unless it answers 200. It returns the connection (closed at the
+// end of the test) and its reader.
+func openTunnel(tb testing.TB, addr string, port int) (*net.TCPConn, *bufio.Reader) {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", port)
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return c.(*net.TCPConn), br
+}
+
 func localYAML(port int) string {
 	return fmt.Sprintf(`
 network:
@@ -81,22 +99,12 @@ func TestDenyBodyTellsTheAgentWhatAndWhy(t *testing.T) {
 func TestTunnelIdleIsJudgedAcrossBothDirections(t *testing.T) {
 	up := testutil.NewUpstream(t)
 	addr, _ := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 300ms}\n")
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
+	c, br := openTunnel(t, addr, up.Port())
 	// Ask for a slow-ish stream: the client then stays silent while bytes
 	// flow down for longer than the idle timeout.
 	const n = 64 << 20
 	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", n)
-	resp, err = http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,16 +184,7 @@ func BenchmarkCONNECTNewTunnelPerRequest(b *testing.B) {
 func BenchmarkTunnelThroughput(b *testing.B) {
 	up := testutil.NewUpstream(b)
 	addr, _ := startProxy(b, localYAML(up.Port()))
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-		b.Fatalf("CONNECT: %v", err)
-	}
+	c, br := openTunnel(b, addr, up.Port())
 	const n = 16 << 20
 	b.SetBytes(n)
 	b.ResetTimer()
@@ -225,20 +224,11 @@ func TestGoproxyRefusesCONNECTItself(t *testing.T) {
 func TestHalfClosedTunnelThatStopsReadingIsClosedWhenIdle(t *testing.T) {
 	up := testutil.NewUpstream(t)
 	addr, srv := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 500ms}\n")
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.(*net.TCPConn).SetReadBuffer(4096)
-	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v", err)
-	}
+	c, _ := openTunnel(t, addr, up.Port())
+	c.SetReadBuffer(4096)
 	// Ask for far more than socket buffers hold, half-close, never read.
 	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 256<<20)
-	c.(*net.TCPConn).CloseWrite()
+	c.CloseWrite()
 
 	deadline := time.Now().Add(20 * time.Second)
 	for srv.OpenTunnels() > 0 {

@@ -67,17 +67,9 @@ func newPolicyTestCmd() *cobra.Command {
 Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, bad target).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadConfig(configPath)
+			cfg, err := loadConfig(configPath, allowCIDRs)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{2}
-			}
-			extra, err := parseCIDRFlags(allowCIDRs)
-			if err == nil {
-				cfg, err = cfg.WithAllowCIDRs(extra)
-			}
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: --allow-cidr", err)
 				return exitError{2}
 			}
 			sb, ok := cfg.Sandbox(sandbox)

@@ -36,19 +36,10 @@ func newRunCmd() *cobra.Command {
 		Short: "Run the proxy (with the embedded default policy unless --config is given)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(configPath)
+			cfg, err := loadConfig(configPath, allowCIDRs)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
-			}
-			extra, err := parseCIDRFlags(allowCIDRs)
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-				return exitError{2}
-			}
-			if cfg, err = cfg.WithAllowCIDRs(extra); err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: --allow-cidr", err)
-				return exitError{2}
 			}
 			for _, w := range cfg.Warnings() {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
@@ -65,12 +56,27 @@ func newRunCmd() *cobra.Command {
 	return cmd
 }
 
-// loadConfig reads path, or the embedded default when path is empty.
-func loadConfig(path string) (*policy.Config, error) {
+// loadConfig reads path, or the embedded default when path is empty, and
+// adds the --allow-cidr exceptions.
+func loadConfig(path string, allowCIDRs []string) (*policy.Config, error) {
+	var cfg *policy.Config
+	var err error
 	if path == "" {
-		return policy.Default()
+		cfg, err = policy.Default()
+	} else {
+		cfg, err = policy.Load(path)
 	}
-	return policy.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	extra, err := parseCIDRFlags(allowCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	if cfg, err = cfg.WithAllowCIDRs(extra); err != nil {
+		return nil, fmt.Errorf("--allow-cidr %w", err)
+	}
+	return cfg, nil
 }
 
 func parseCIDRFlags(vals []string) ([]netip.Prefix, error) {
