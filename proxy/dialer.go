@@ -143,26 +143,7 @@ func (d *dialer) dial(ctx context.Context, cfg *policy.Config, h policy.Host, po
 	if err != nil {
 		return nil, err
 	}
-	rules := cfg.AddressRules()
-	nd := net.Dialer{
-		Timeout: d.timeout,
-		// Control runs after the socket is created and before connect(2),
-		// with the literal address being connected: check it again, so
-		// nothing but a checked address is ever dialled.
-		Control: func(network, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("dial control: unparseable address: %w", err)
-			}
-			if err := rules.Check(ap.Addr()); err != nil {
-				return err
-			}
-			if d.isSelf(ap) {
-				return errSelf
-			}
-			return nil
-		},
-	}
+	nd := net.Dialer{Timeout: d.timeout, Control: d.control(cfg.AddressRules())}
 	var lastErr error
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a, port)
@@ -180,6 +161,26 @@ func (d *dialer) dial(ctx context.Context, cfg *policy.Config, h policy.Host, po
 		}
 	}
 	return nil, lastErr
+}
+
+// control returns a net.Dialer.Control hook. It runs after the socket is
+// created and before connect(2), with the literal address being
+// connected, and checks it again against rules and the proxy's own
+// listeners, so nothing but a checked address is ever dialled.
+func (d *dialer) control(rules *policy.AddressRules) func(network, address string, _ syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("dial control: unparseable address: %w", err)
+		}
+		if err := rules.Check(ap.Addr()); err != nil {
+			return err
+		}
+		if d.isSelf(ap) {
+			return errSelf
+		}
+		return nil
+	}
 }
 
 // dialContext adapts dial to http.Transport.DialContext: addr is the
