@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -85,6 +86,17 @@ func (c *Config) validate(d *decoder) {
 	}
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
+	}
+	if (c.TLS.CACert == "") != (c.TLS.CAKey == "") {
+		d.errorfAt(c.TLS.Pos, "tls", "set both ca_cert and ca_key, or neither (Airlock then generates a CA into its state directory)")
+	}
+	if c.file != "" && !strings.HasPrefix(c.file, "<") {
+		// Relative TLS paths are relative to the configuration file.
+		for _, p := range []*string{&c.TLS.CACert, &c.TLS.CAKey, &c.TLS.UpstreamCA} {
+			if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(filepath.Dir(c.file), *p)
+			}
+		}
 	}
 	if c.Network.Ports != nil && len(c.Network.Ports) == 0 {
 		d.errorfAt(c.Network.Pos, "network.ports", "an empty list allows no port; remove the key for the default [80, 443]")
@@ -266,6 +278,21 @@ func (c *Config) WithAllowCIDRs(extra []netip.Prefix) (*Config, error) {
 	cp := *c
 	cp.addrs.Allow = append(slices.Clone(c.addrs.Allow), extra...)
 	return &cp, nil
+}
+
+// NeedsInterception reports whether any policy has a rule that only TLS
+// interception can enforce on HTTPS (methods or paths), so a CA is needed.
+func (c *Config) NeedsInterception() bool {
+	for _, p := range c.Policies {
+		for _, rules := range [][]Rule{p.Allow, p.Deny} {
+			for _, r := range rules {
+				if len(r.Methods) > 0 || len(r.Paths) > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // File returns the file name the configuration was parsed from.

@@ -131,7 +131,7 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "top level",
 			src:  lines("mode: enforce", "listne:", "  proxy: 127.0.0.1:3128"),
-			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, limits, policies, sandboxes, audit"}},
+			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, audit"}},
 		},
 		{
 			name: "in a policy",
@@ -150,8 +150,13 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		},
 		{
 			name: "a section this version does not implement",
+			src:  lines("auth:", "  required: true"),
+			want: []wantErr{{1, 1, "auth", "session-token authentication is not available in this version"}},
+		},
+		{
+			name: "a CA certificate without its key",
 			src:  lines("tls:", "  ca_cert: ca.pem"),
-			want: []wantErr{{1, 1, "tls", "TLS interception is not available in this version"}},
+			want: []wantErr{{2, 3, "tls", "set both ca_cert and ca_key, or neither"}},
 		},
 		{
 			name: "a localhost rule (localhost is always blocked)",
@@ -864,6 +869,11 @@ func TestLoadFullConfig(t *testing.T) {
 	}
 	if c.Audit.Output != "/var/log/airlock/audit.jsonl" {
 		t.Errorf("audit.output = %q", c.Audit.Output)
+	}
+	// Relative TLS paths are relative to the configuration file.
+	if c.TLS.CACert != filepath.Join("testdata", "ca", "ca.pem") || c.TLS.CAKey != "/etc/airlock/ca-key.pem" ||
+		c.TLS.UpstreamCA != filepath.Join("testdata", "upstream.pem") {
+		t.Errorf("tls = %+v", c.TLS)
 	}
 
 	// Static hosts are keyed by canonical name and only answer for names.

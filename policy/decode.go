@@ -61,7 +61,6 @@ type decoder struct {
 // laterKeys are keys of the design's configuration contract that later
 // versions implement: refused with a message that says so, not as typos.
 var laterKeys = map[string]string{
-	"tls":         "TLS interception",
 	"auth":        "session-token authentication",
 	"credentials": "the credential broker",
 	"dns":         "the DNS filter",

@@ -18,6 +18,7 @@ type Config struct {
 	Listen    Listen                 `yaml:"listen"`
 	Mode      Mode                   `yaml:"mode"`
 	Network   Network                `yaml:"network"`
+	TLS       TLSSpec                `yaml:"tls"`
 	Limits    Limits                 `yaml:"limits"`
 	Policies  map[string]*PolicySpec `yaml:"policies"`
 	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
@@ -64,6 +65,20 @@ type Network struct {
 	Ports      []Port      `yaml:"ports"`       // default ports for rules that name none; default [80, 443]
 	Resolvers  []Resolver  `yaml:"resolvers"`   // "IP" or "IP:port"; empty = the system resolver
 	Hosts      StaticHosts `yaml:"hosts"`       // name -> address(es), checked like any DNS answer
+	Pos        position
+}
+
+// TLSSpec holds the files for TLS interception. Relative paths are
+// relative to the configuration file's directory.
+type TLSSpec struct {
+	// CACert and CAKey are the interception CA (PEM). Both empty: Airlock
+	// generates a CA into its state directory the first time a policy
+	// needs interception. One without the other is an error.
+	CACert string `yaml:"ca_cert"`
+	CAKey  string `yaml:"ca_key"`
+	// UpstreamCA is a PEM bundle of extra roots for verifying upstream
+	// servers; the system roots are always used too.
+	UpstreamCA string `yaml:"upstream_ca"`
 	Pos        position
 }
 
