@@ -25,7 +25,7 @@ func startProxy(tb testing.TB, cfgYAML string) (addr string, srv *Server) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err = New(cfg, audit.New(io.Discard), nil)
+	srv, err = New(cfg, Options{Audit: audit.New(io.Discard)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/policy"
 )
 
@@ -45,6 +47,7 @@ type Server struct {
 	dialer *dialer
 	gp     *goproxy.ProxyHttpServer
 	tr     *http.Transport
+	ca     *certs.CA // nil: no interception
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -57,10 +60,22 @@ type Server struct {
 // OpenTunnels returns the number of CONNECT tunnels open now.
 func (s *Server) OpenTunnels() int64 { return s.open.Load() }
 
-// New returns a Server enforcing cfg and writing audit events to log.
-// errlog receives operational messages (never request data); nil
-// discards them.
-func New(cfg *policy.Config, log *audit.Logger, errlog *slog.Logger) (*Server, error) {
+// Options are a Server's collaborators.
+type Options struct {
+	// Audit receives one event per request and per tunnel; required.
+	Audit *audit.Logger
+	// ErrorLog receives operational messages (never request data); nil
+	// discards them.
+	ErrorLog *slog.Logger
+	// CA signs leaf certificates for TLS interception. Nil: hosts whose
+	// rules need interception are refused (interception_required).
+	CA *certs.CA
+}
+
+// New returns a Server enforcing cfg. It reads cfg.TLS.UpstreamCA, if
+// set, and fails if that file holds no PEM certificate.
+func New(cfg *policy.Config, opts Options) (*Server, error) {
+	errlog := opts.ErrorLog
 	if errlog == nil {
 		errlog = slog.New(slog.DiscardHandler)
 	}
@@ -68,13 +83,22 @@ func New(cfg *policy.Config, log *audit.Logger, errlog *slog.Logger) (*Server, e
 	for _, r := range cfg.Network.Resolvers {
 		resolvers = append(resolvers, r.AddrPort)
 	}
-	s := &Server{log: log, errlog: errlog, dialer: newDialer(resolvers, DialTimeout)}
+	s := &Server{log: opts.Audit, errlog: errlog, ca: opts.CA, dialer: newDialer(resolvers, DialTimeout)}
 	s.cfg.Store(cfg)
 	s.tunnelCtx, s.closeTunnels = context.WithCancel(context.Background())
 
 	roots, err := x509.SystemCertPool()
 	if err != nil {
 		roots = x509.NewCertPool()
+	}
+	if cfg.TLS.UpstreamCA != "" {
+		pemData, err := os.ReadFile(cfg.TLS.UpstreamCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls.upstream_ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("tls.upstream_ca: %s holds no PEM certificate", cfg.TLS.UpstreamCA)
+		}
 	}
 	s.tr = &http.Transport{
 		Proxy:                 nil, // never proxy-from-environment: we are the egress
@@ -95,23 +119,36 @@ func New(cfg *policy.Config, log *audit.Logger, errlog *slog.Logger) (*Server, e
 	gp.Tr = s.tr
 	gp.ConnectDial = nil
 	gp.KeepAcceptEncoding = true
+	gp.AllowHTTP2 = false // one request per inner connection read: authority checks stay simple
 	gp.Logger = slogPrintf{errlog}
-	// Fail closed: a CONNECT is handled by Server.serveConnect and never
-	// reaches goproxy; if one ever does, goproxy must refuse it rather than
-	// use its default (accept and tunnel).
-	gp.OnRequest().HandleConnectFunc(func(string, *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-		return goproxy.RejectConnect, ""
+	// A CONNECT reaches goproxy only when Server.serveConnect decided to
+	// intercept it; anything else is refused rather than given goproxy's
+	// default (accept and tunnel).
+	gp.OnRequest().HandleConnectFunc(func(_ string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		ts, _ := ctx.Req.Context().Value(tunnelKey{}).(*tunnelState)
+		if ts == nil || s.ca == nil {
+			return goproxy.RejectConnect, ""
+		}
+		ctx.UserData = ts
+		return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: s.mitmTLSConfig(ts)}, ctx.Req.Host
 	})
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "airlock: not a proxy request", http.StatusBadRequest)
 	})
 	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+		if ts, ok := ctx.UserData.(*tunnelState); ok {
+			return s.innerRequest(r, ctx, ts)
+		}
 		ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)
 		return r, nil
 	})
-	gp.OnResponse().DoFunc(func(resp *http.Response, _ *goproxy.ProxyCtx) *http.Response {
-		if resp != nil {
-			removeHopByHop(resp.Header)
+	gp.OnResponse().DoFunc(func(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+		if resp == nil {
+			return nil
+		}
+		removeHopByHop(resp.Header)
+		if st, _ := ctx.Req.Context().Value(stateKey{}).(*reqState); st != nil && st.ev.Intercepted {
+			s.auditInner(resp, st)
 		}
 		return resp
 	})

@@ -48,12 +48,20 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		ev.Status = http.StatusForbidden
 		s.deny(w, ev, string(d.Reason))
 		return
-	case d.Inspect:
+	case d.Inspect && s.ca == nil:
 		ev.Status = http.StatusForbidden
 		s.deny(w, ev, string(policy.InterceptionRequired))
 		return
 	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
+	if d.Inspect {
+		// Method or path rules apply: terminate TLS and decide each
+		// request. The tunnel's line is written when it closes.
+		logged = true
+		ev.Status = http.StatusOK
+		s.intercept(w, r, &tunnelState{cfg: cfg, sb: sb, host: h, port: port, ev: ev})
+		return
+	}
 
 	hj, ok := w.(http.Hijacker)
 	if !ok || r.ProtoMajor != 1 {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/proxy"
 )
@@ -29,6 +30,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		configPath string
 		listen     string
+		stateDir   string
 		allowCIDRs []string
 	)
 	cmd := &cobra.Command{
@@ -47,11 +49,12 @@ func newRunCmd() *cobra.Command {
 			if listen == "" {
 				listen = string(cfg.Listen.Proxy)
 			}
-			return run(cmd.Context(), cfg, listen)
+			return run(cmd.Context(), cfg, listen, stateDir)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy for coding agents")
 	cmd.Flags().StringVar(&listen, "listen", "", "proxy listen address, overriding listen.proxy (e.g. 0.0.0.0:3128)")
+	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "where a generated interception CA is kept (env AIRLOCK_STATE_DIR)")
 	cmd.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "add a network.allow_cidrs exception (repeatable), e.g. 10.1.2.3/32")
 	return cmd
 }
@@ -99,7 +102,7 @@ func parseCIDRFlags(vals []string) ([]netip.Prefix, error) {
 // run serves the proxy until SIGINT or SIGTERM, then shuts down
 // gracefully: stop accepting, finish requests in flight, close tunnels and
 // write their audit lines.
-func run(ctx context.Context, cfg *policy.Config, listen string) error {
+func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error {
 	errlog := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// net/http logs some upstream misbehaviour through the standard
 	// logger, quoting response bytes ("Unsolicited response received on
@@ -112,7 +115,20 @@ func run(ctx context.Context, cfg *policy.Config, listen string) error {
 	}
 	defer alog.Close()
 
-	srv, err := proxy.New(cfg, alog, errlog)
+	opts := proxy.Options{Audit: alog, ErrorLog: errlog}
+	if cfg.NeedsInterception() || cfg.TLS.CACert != "" {
+		// Hosts with method or path rules are intercepted: load (or, the
+		// first time, generate) the CA.
+		certPath, keyPath, err := caPaths(cfg, stateDir)
+		if err != nil {
+			return err
+		}
+		if opts.CA, err = certs.Load(certPath, keyPath, 0); err != nil {
+			return err
+		}
+		errlog.Info("TLS interception enabled", "ca", certPath)
+	}
+	srv, err := proxy.New(cfg, opts)
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,8 @@ func SharedDir() string { return filepath.Join(moduleRoot(), "..", "shared") }
 
 // Proxy is a running airlock binary.
 type Proxy struct {
-	Addr string // "127.0.0.1:PORT" of the proxy listener
+	Addr     string // "127.0.0.1:PORT" of the proxy listener
+	StateDir string // --state-dir given by StartProxy
 
 	cmd    *exec.Cmd
 	mu     sync.Mutex
@@ -75,15 +76,20 @@ type Proxy struct {
 }
 
 // StartProxy writes config to a temporary file and runs
-// `airlock run --config FILE --listen 127.0.0.1:0 EXTRA...`, waiting until
-// it listens. The proxy is stopped at the end of the test.
+// `airlock run --config FILE --listen 127.0.0.1:0 --state-dir DIR EXTRA...`,
+// waiting until it listens. The proxy is stopped at the end of the test.
+// Its state directory (where a generated CA goes) is Proxy.StateDir.
 func StartProxy(t testing.TB, config string, extra ...string) *Proxy {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "airlock.yaml")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return StartProxyArgs(t, append([]string{"run", "--config", path, "--listen", "127.0.0.1:0"}, extra...)...)
+	state := filepath.Join(dir, "state")
+	p := StartProxyArgs(t, append([]string{"run", "--config", path, "--listen", "127.0.0.1:0", "--state-dir", state}, extra...)...)
+	p.StateDir = state
+	return p
 }
 
 var listeningRE = regexp.MustCompile(`msg="airlock listening" addr=(\S+)`)
@@ -101,8 +107,12 @@ func StartProxyArgs(t testing.TB, args ...string) *Proxy {
 		t.Fatal(err)
 	}
 	addr := make(chan string, 1)
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
+		sc.Buffer(nil, 1<<20)
+		defer io.Copy(io.Discard, pr) // never leave the binary blocked on a full pipe
 		for sc.Scan() {
 			line := sc.Text()
 			p.mu.Lock()
@@ -117,7 +127,14 @@ func StartProxyArgs(t testing.TB, args ...string) *Proxy {
 		}
 	}()
 	go func() { p.cmd.Wait(); pw.Close(); close(p.done) }()
-	t.Cleanup(func() { p.Stop(t) })
+	t.Cleanup(func() {
+		p.Stop(t)
+		<-scanned // every stderr line is in p.stderr
+		// A binary built with -race reports races on stderr and carries on.
+		if e := p.Stderr(); strings.Contains(e, "WARNING: DATA RACE") || strings.Contains(e, "panic:") {
+			t.Errorf("airlock reported a data race or panic:\n%s", e)
+		}
+	})
 	select {
 	case p.Addr = <-addr:
 	case <-p.done:

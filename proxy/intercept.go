@@ -1,0 +1,273 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/policy"
+)
+
+// reasonAuthorityMismatch refuses a request inside an intercepted tunnel
+// whose SNI, Host or absolute URI names another authority than the
+// CONNECT: one canonical authority per tunnel, so nothing decided for one
+// host is sent (or injected) for another.
+const reasonAuthorityMismatch = "authority_mismatch"
+
+// tunnelState is what an intercepted tunnel knows; its inner requests
+// share it through goproxy's ProxyCtx.UserData.
+type tunnelState struct {
+	cfg  *policy.Config
+	sb   *policy.Sandbox
+	host policy.Host // the CONNECT host, canonical
+	port uint16
+	ev   *audit.Event // the tunnel's own event, written when it closes
+
+	mu       sync.Mutex
+	mismatch string // why the TLS handshake was refused, if it was
+}
+
+type tunnelKey struct{}
+
+// intercept hands an allowed CONNECT whose host has method or path rules
+// to goproxy's TLS interception (TLS terminated with a leaf from the CA).
+// Every inner request is then checked against the tunnel's authority and
+// decided again with its method and path (innerRequest). The tunnel's
+// audit line is written when the client connection closes.
+func (s *Server) intercept(w http.ResponseWriter, r *http.Request, ts *tunnelState) {
+	ts.ev.Intercepted = true
+	s.tunnels.Add(1)
+	s.open.Add(1)
+	var once sync.Once
+	done := func(sent, received int64) {
+		once.Do(func() {
+			ts.ev.BytesSent, ts.ev.BytesReceived = sent, received
+			ts.mu.Lock()
+			if ts.mismatch != "" {
+				ts.ev.Decision, ts.ev.Reason = "deny", reasonAuthorityMismatch
+			}
+			ts.mu.Unlock()
+			if ts.ev.CloseReason == "" {
+				ts.ev.CloseReason = "closed"
+			}
+			ts.ev.Duration = time.Since(ts.ev.Start)
+			s.log.Log(ts.ev)
+			s.open.Add(-1)
+			s.tunnels.Done()
+		})
+	}
+	hw := &hijackWatcher{ResponseWriter: w, s: s, ts: ts, done: done}
+	s.gp.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), tunnelKey{}, ts)))
+	if !hw.hijacked {
+		done(0, 0) // goproxy refused before taking the connection
+	}
+}
+
+// mitmTLSConfig returns goproxy's TLS configuration hook for a tunnel: the
+// client must ask for the CONNECT host by SNI (any other name, or none for
+// a name host, fails the handshake), and is served a leaf for that host.
+func (s *Server) mitmTLSConfig(ts *tunnelState) func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+	return func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+		return &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"http/1.1"},
+			GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				if why := sniMismatch(hello.ServerName, ts.host); why != "" {
+					ts.mu.Lock()
+					ts.mismatch = why
+					ts.mu.Unlock()
+					return nil, errors.New("airlock: " + why)
+				}
+				return s.ca.Leaf(ts.host.String())
+			},
+		}, nil
+	}
+}
+
+// sniMismatch says why a TLS ClientHello's SNI does not name host, or ""
+// when it does. Clients send no SNI for IP addresses (RFC 6066 §3).
+func sniMismatch(sni string, host policy.Host) string {
+	if sni == "" {
+		if host.IsIP() {
+			return ""
+		}
+		return "the TLS ClientHello names no server (SNI); expected " + host.String()
+	}
+	h, err := policy.ParseHost(sni)
+	if err != nil || h != host {
+		return "the TLS server name (SNI) differs from the CONNECT host " + host.String()
+	}
+	return ""
+}
+
+// innerRequest checks and decides one request read inside an intercepted
+// tunnel, before anything is sent upstream: it must be HTTPS, name the
+// tunnel's authority in both its URI and Host header, and be allowed by
+// Config.DecideRequest with its method and path. A refusal becomes the
+// response (goproxy sends it instead of forwarding).
+func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnelState) (*http.Request, *http.Response) {
+	ev := &audit.Event{
+		Kind:        audit.KindRequest,
+		Start:       time.Now(),
+		Sandbox:     ts.sb.Name,
+		Client:      ts.ev.Client,
+		Method:      r.Method,
+		Scheme:      "https",
+		Host:        ts.host.String(),
+		Port:        ts.port,
+		Path:        audit.Path(r.URL.EscapedPath()),
+		Query:       audit.QueryKeys(r.URL.RawQuery),
+		Intercepted: true,
+	}
+	st := &reqState{ev: ev}
+	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	ctx.Req = r // goproxy hands ctx.Req to the response handlers
+
+	refuse := func(status int, reason, body string) (*http.Request, *http.Response) {
+		ev.Decision, ev.Reason = "deny", reason
+		return r, cannedResponse(r, status, reason, body)
+	}
+	if r.URL.Scheme != "https" {
+		return refuse(http.StatusBadRequest, reasonInvalidRequest, "Airlock intercepts this host: send HTTPS through the tunnel.\n")
+	}
+	uh, up, uerr := policy.ParseAuthority(r.URL.Host, 443)
+	hh, hp, herr := policy.ParseAuthority(r.Host, 443)
+	if uerr != nil || herr != nil || uh != ts.host || up != ts.port || hh != ts.host || hp != ts.port {
+		return refuse(http.StatusForbidden, reasonAuthorityMismatch, denyBody(ts.host.String(), ts.port, reasonAuthorityMismatch, ts.sb.Name))
+	}
+	d := ts.cfg.DecideRequest(ts.sb, ts.host, ts.port, r.Method, r.URL.EscapedPath())
+	ev.Rule = d.Rule
+	if !d.Allow {
+		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), ts.sb.Name))
+	}
+	ev.Decision, ev.Reason = "allow", string(d.Reason)
+
+	r.URL.Host = authority(ts.host, ts.port)
+	r.Host = r.URL.Host
+	if ts.port == 443 {
+		r.Host = ts.host.String()
+		if ts.host.IsIP() && ts.host.Addr().Is6() {
+			r.Host = "[" + r.Host + "]"
+		}
+	}
+	removeHopByHop(r.Header)
+	r = r.WithContext(context.WithValue(r.Context(), configKey{}, ts.cfg))
+	ctx.Req = r
+	ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)
+	return r, nil
+}
+
+// auditInner arranges for an intercepted request's audit line to be
+// written when goproxy has sent the response body to the client.
+func (s *Server) auditInner(resp *http.Response, st *reqState) {
+	ev := st.ev
+	ev.Status = resp.StatusCode
+	body := resp.Body
+	if body == nil {
+		body = http.NoBody
+	}
+	resp.Body = &auditedBody{ReadCloser: body, onClose: func(n int64) {
+		if st.fromUpstream {
+			ev.BytesReceived = n
+		}
+		ev.Duration = time.Since(ev.Start)
+		s.log.Log(ev)
+	}}
+}
+
+// auditedBody counts a response body and calls onClose once, on Close.
+type auditedBody struct {
+	io.ReadCloser
+	n       int64
+	once    sync.Once
+	onClose func(n int64)
+}
+
+func (b *auditedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *auditedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.onClose(b.n) })
+	return err
+}
+
+// hijackWatcher lets goproxy hijack the client connection, and hands it a
+// watchedConn that enforces the tunnel idle timeout and reports the bytes
+// moved when it closes.
+type hijackWatcher struct {
+	http.ResponseWriter
+	s        *Server
+	ts       *tunnelState
+	done     func(sent, received int64)
+	hijacked bool
+}
+
+func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("airlock: connection cannot be hijacked")
+	}
+	c, rw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.hijacked = true
+	wc := &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: h.done}
+	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() {
+		h.ts.ev.CloseReason = "shutdown"
+		wc.Close()
+	})
+	// goproxy replays what rw.Reader has buffered, then reads wc.
+	return wc, rw, nil
+}
+
+// watchedConn is a hijacked client connection of an intercepted tunnel.
+// Each Read and Write runs under the idle deadline; Close reports the
+// bytes moved (TLS records, both ways) once.
+type watchedConn struct {
+	net.Conn
+	idle           time.Duration
+	sent, received atomic.Int64
+	stop           func() bool
+	closed         sync.Once
+	done           func(sent, received int64)
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Read(p)
+	c.sent.Add(int64(n))
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Write(p)
+	c.received.Add(int64(n))
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	err := c.Conn.Close()
+	c.closed.Do(func() {
+		if c.stop != nil {
+			c.stop()
+		}
+		c.done(c.sent.Load(), c.received.Load())
+	})
+	return err
+}
