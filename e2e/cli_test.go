@@ -99,20 +99,22 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// The configuration example in the README must be a valid file.
-func TestREADMEConfigExampleChecks(t *testing.T) {
+// Every YAML example in the README must be a valid file.
+func TestREADMEConfigExamplesCheck(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "```yaml\n")
-	block, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("README has no ```yaml block")
+	blocks := strings.Split(string(readme), "```yaml\n")[1:]
+	if len(blocks) < 2 {
+		t.Fatalf("README has %d yaml blocks, want the configuration reference and the interception example", len(blocks))
 	}
-	path := filepath.Join(t.TempDir(), "readme.yaml")
-	os.WriteFile(path, []byte(block), 0o600)
-	if out, err := execOutput(testutil.Binary(t), "policy", "check", path); err != nil {
-		t.Fatalf("the README's configuration example does not check: %v\n%s", err, out)
+	for i, b := range blocks {
+		block, _, _ := strings.Cut(b, "```")
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("readme-%d.yaml", i))
+		os.WriteFile(path, []byte(block), 0o600)
+		if out, err := execOutput(testutil.Binary(t), "policy", "check", path); err != nil {
+			t.Errorf("README yaml block %d does not check: %v\n%s\n%s", i, err, out, block)
+		}
 	}
 }

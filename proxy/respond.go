@@ -55,6 +55,9 @@ func explain(reason string) (why, advice string) {
 		return "A deny rule matches this destination.", adviceOperator
 	case "address_blocked":
 		return "The host is, or resolves to, an internal, loopback, link-local, cloud-metadata or reserved address.", adviceAddress
+	case "authority_mismatch":
+		return "The request names another host than the one this HTTPS tunnel was opened for.",
+			"Open a separate connection (CONNECT) for each host; Airlock checks each one on its own."
 	case "interception_required":
 		return "Method or path rules apply to this host, and this version of Airlock cannot enforce them inside an HTTPS tunnel.",
 			"Use plain HTTP for this host if it offers it, or ask the operator to change the policy."
