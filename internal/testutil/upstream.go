@@ -124,7 +124,7 @@ func NewTLSUpstream(t testing.TB, ca *CA, names ...string) *Upstream {
 	t.Helper()
 	u := &Upstream{}
 	u.Server = httptest.NewUnstartedServer(u.handler())
-	u.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, names...)}}
+	u.TLS = ca.tlsConfig(t, names...)
 	u.StartTLS()
 	t.Cleanup(u.Close)
 	return u
@@ -188,6 +188,11 @@ func (ca *CA) Leaf(t testing.TB, names ...string) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// tlsConfig is a server configuration with a leaf for names.
+func (ca *CA) tlsConfig(t testing.TB, names ...string) *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, names...)}}
 }
 
 // Pool returns a cert pool holding the CA.
