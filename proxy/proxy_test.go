@@ -2,17 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/policy"
 )
@@ -238,3 +241,84 @@ func TestHalfClosedTunnelThatStopsReadingIsClosedWhenIdle(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// startTLSProxy runs a Server with a generated CA in front of an HTTPS
+// upstream for allowed.test; with inspect, a path rule makes Airlock
+// intercept its tunnels. It returns a keep-alive client through the proxy.
+func startTLSProxy(b *testing.B, inspect bool) (*http.Client, string) {
+	upCA := testutil.NewCA(b)
+	up := testutil.NewTLSUpstream(b, upCA, "allowed.test")
+	dir := b.TempDir()
+	rule := ""
+	if inspect {
+		rule = `        paths: ["/**"]`
+	}
+	cfg, err := policy.Parse("bench.yaml", []byte(fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {allowed.test: 127.0.0.1}
+tls:
+  upstream_ca: %s
+policies:
+  default:
+    allow:
+      - host: allowed.test
+        ports: [%d]
+%s
+`, upCA.WritePEM(b, dir), up.Port(), rule)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	certPath, keyPath, _, err := certs.Init(filepath.Join(dir, "state"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ca, err := certs.Load(certPath, keyPath, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Audit: audit.New(io.Discard), CA: ca})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := srv.NewHTTPServer()
+	go hs.Serve(ln)
+	b.Cleanup(func() { hs.Close(); srv.closeTunnels() })
+
+	roots := upCA.Pool()
+	roots.AddCert(ca.Certificate())
+	pu, _ := url.Parse("http://" + ln.Addr().String())
+	c := &http.Client{Transport: &http.Transport{
+		Proxy:               http.ProxyURL(pu),
+		TLSClientConfig:     &tls.Config{RootCAs: roots},
+		MaxIdleConnsPerHost: 64,
+	}}
+	return c, fmt.Sprintf("https://allowed.test:%d/bytes?n=1024", up.Port())
+}
+
+func benchmarkHTTPSKeepAlive(b *testing.B, inspect bool) {
+	c, target := startTLSProxy(b, inspect)
+	b.ReportAllocs()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := c.Get(target)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+}
+
+// HTTPS keep-alive GETs through an opaque CONNECT tunnel, and through an
+// intercepted one: the difference is the cost of interception per request.
+func BenchmarkHTTPSKeepAliveOpaqueTunnel(b *testing.B)      { benchmarkHTTPSKeepAlive(b, false) }
+func BenchmarkHTTPSKeepAliveInterceptedTunnel(b *testing.B) { benchmarkHTTPSKeepAlive(b, true) }
