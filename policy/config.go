@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -128,12 +129,16 @@ func (c *Config) validate(d *decoder) {
 				if r.Ports != nil && len(r.Ports) == 0 {
 					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d].ports", name, kind, i), "an empty list matches no port; remove the key")
 				}
+				if r.Credential != "" {
+					c.checkRuleCredential(d, r, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), kind)
+				}
 				if r.Host.Host.IsZero() {
 					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), "a rule needs a host")
 				}
 			}
 		}
 	}
+	c.validateCredentials(d)
 	seen := map[string]bool{}
 	owner := map[netip.Prefix]string{}
 	for i, s := range c.Sandboxes {
@@ -281,12 +286,13 @@ func (c *Config) WithAllowCIDRs(extra []netip.Prefix) (*Config, error) {
 }
 
 // NeedsInterception reports whether any policy has a rule that only TLS
-// interception can enforce on HTTPS (methods or paths), so a CA is needed.
+// interception can enforce on HTTPS (methods, paths or a credential), so a
+// CA is needed.
 func (c *Config) NeedsInterception() bool {
 	for _, p := range c.Policies {
 		for _, rules := range [][]Rule{p.Allow, p.Deny} {
 			for _, r := range rules {
-				if len(r.Methods) > 0 || len(r.Paths) > 0 {
+				if len(r.Methods) > 0 || len(r.Paths) > 0 || r.Credential != "" {
 					return true
 				}
 			}
@@ -364,4 +370,105 @@ func (c *Config) explainIP(h Host, d Decision) Decision {
 		return Decision{Reason: AddressBlocked, Rule: d.Rule}
 	}
 	return d
+}
+
+// Defaults for credentials.
+const (
+	DefaultInjectHeader   = "Authorization"
+	DefaultInjectFormat   = "Bearer {token}"
+	DefaultCommandTTL     = 5 * time.Minute
+	DefaultCommandTimeout = 10 * time.Second
+	// MinPlaceholderLen keeps placeholders long enough that finding one in
+	// a request is never a coincidence.
+	MinPlaceholderLen = 16
+)
+
+// validateCredentials checks each credential and applies its defaults.
+func (c *Config) validateCredentials(d *decoder) {
+	for _, name := range sortedKeys(c.Credentials) {
+		cr := c.Credentials[name]
+		path := "credentials." + name
+		if cr == nil {
+			d.errorfAt(position{}, path, "a credential needs source, hosts and (optionally) inject")
+			continue
+		}
+		if !policyName.MatchString(name) {
+			d.errorfAt(cr.Pos, path, "credential names are lower-case letters, digits, - and _")
+		}
+		src := cr.Source
+		n := 0
+		for _, set := range []bool{src.Env != "", src.File != "", len(src.Command) > 0} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			at := src.Pos
+			if at.Line == 0 {
+				at = cr.Pos // no source key at all
+			}
+			d.errorfAt(at, path+".source", "give exactly one of env, file or command")
+		}
+		if len(src.Command) == 0 && (src.TTL != 0 || src.Timeout != 0) {
+			d.errorfAt(src.Pos, path+".source", "ttl and timeout apply to command sources only")
+		}
+		if src.File != "" && c.file != "" && !strings.HasPrefix(c.file, "<") && !filepath.IsAbs(src.File) {
+			cr.Source.File = filepath.Join(filepath.Dir(c.file), src.File)
+		}
+		if cr.Source.TTL == 0 {
+			cr.Source.TTL = DefaultCommandTTL
+		}
+		if cr.Source.Timeout == 0 {
+			cr.Source.Timeout = DefaultCommandTimeout
+		}
+		if len(cr.Hosts) == 0 {
+			d.errorfAt(cr.Pos, path+".hosts", "list the hosts this credential may be sent to; it is sent nowhere else")
+		}
+		if cr.Inject.Header == "" {
+			cr.Inject.Header = DefaultInjectHeader
+		}
+		if cr.Inject.Format == "" {
+			cr.Inject.Format = DefaultInjectFormat
+		}
+		switch h := http.CanonicalHeaderKey(cr.Inject.Header); {
+		case !isToken(cr.Inject.Header):
+			d.errorfAt(cr.Inject.Pos, path+".inject.header", "%q is not a header name", cr.Inject.Header)
+		case slices.Contains(reservedHeaders, h):
+			d.errorfAt(cr.Inject.Pos, path+".inject.header", "%s is managed by HTTP itself; inject into another header", h)
+		}
+		if strings.Count(cr.Inject.Format, "{token}") != 1 || strings.ContainsAny(cr.Inject.Format, "\r\n") {
+			d.errorfAt(cr.Inject.Pos, path+".inject.format", "the format must contain {token} exactly once, on one line, as in \"Bearer {token}\"")
+		}
+		if p := cr.Placeholder; p != "" && (len(p) < MinPlaceholderLen || strings.ContainsFunc(p, func(r rune) bool { return r <= ' ' || r >= 0x7f })) {
+			d.errorfAt(cr.Pos, path+".placeholder", "a placeholder needs at least %d printable ASCII characters and no spaces, so that finding it in a request is never a coincidence", MinPlaceholderLen)
+		}
+	}
+}
+
+// reservedHeaders may not carry a credential: HTTP framing and routing
+// depend on them.
+var reservedHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Te", "Trailer", "Upgrade",
+	"Keep-Alive", "Proxy-Authorization", "Proxy-Authenticate", "Proxy-Connection", "Content-Type", "Expect"}
+
+// checkRuleCredential checks that a rule's credential exists and is bound
+// to the rule's host.
+func (c *Config) checkRuleCredential(d *decoder, r Rule, path, kind string) {
+	if kind != "allow" {
+		d.errorfAt(r.Pos, path+".credential", "only allow rules inject credentials")
+		return
+	}
+	cr, ok := c.Credentials[r.Credential]
+	if !ok || cr == nil {
+		d.errorfAt(r.Pos, path+".credential", "no credential named %q; define it under credentials", r.Credential)
+		return
+	}
+	if r.Host.Host.IsZero() {
+		return
+	}
+	for _, h := range cr.Hosts {
+		if h.Covers(r.Host) {
+			return
+		}
+	}
+	d.errorfAt(r.Pos, path+".credential", "credential %q is not bound to %s; add it to credentials.%s.hosts if it may be sent there", r.Credential, r.Host, r.Credential)
 }

@@ -131,7 +131,7 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "top level",
 			src:  lines("mode: enforce", "listne:", "  proxy: 127.0.0.1:3128"),
-			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, audit"}},
+			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, credentials, audit"}},
 		},
 		{
 			name: "in a policy",
@@ -179,9 +179,9 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 			want: []wantErr{{2, 3, "network.ports", "an empty list allows no port"}},
 		},
 		{
-			name: "a rule credential this version does not implement",
+			name: "a rule naming a credential that does not exist",
 			src:  lines("policies:", "  default:", "    allow:", "      - host: api.github.com", "        credential: github"),
-			want: []wantErr{{5, 9, "policies.default.allow[0].credential", "credential injection is not available in this version"}},
+			want: []wantErr{{4, 9, "policies.default.allow[0].credential", `no credential named "github"`}},
 		},
 	})
 }

@@ -31,10 +31,14 @@ type Decision struct {
 	// Rule is the configuration path of the rule that decided, such as
 	// "policies.default.allow[2]"; empty when no rule matched.
 	Rule string
-	// Inspect is set on an allowed host-level decision when method or path
-	// rules apply to the host: they can be enforced on plain HTTP requests,
-	// but not inside an opaque CONNECT tunnel.
+	// Inspect is set on an allowed host-level decision when method, path
+	// or credential rules apply to the host: they can be enforced on plain
+	// HTTP requests, but not inside an opaque CONNECT tunnel, so such a
+	// tunnel is intercepted.
 	Inspect bool
+	// Credential names the credential to inject, on an allowed
+	// request-level decision by a rule that carries one.
+	Credential string
 }
 
 // Policy is a compiled named policy. Lookups are by map, never by scanning
@@ -56,13 +60,14 @@ type ruleSet struct {
 }
 
 type compiledRule struct {
-	id      string // "policies.NAME.allow[i]"
-	ports   []uint16
-	methods []string
-	paths   [][]string
+	id         string // "policies.NAME.allow[i]"
+	credential string
+	ports      []uint16
+	methods    []string
+	paths      [][]string
 }
 
-func (r *compiledRule) l7() bool { return len(r.methods) > 0 || len(r.paths) > 0 }
+func (r *compiledRule) l7() bool { return len(r.methods) > 0 || len(r.paths) > 0 || r.credential != "" }
 
 func (r *compiledRule) matchPort(port uint16) bool {
 	if r.ports == nil { // deny rules without ports match every port
@@ -148,7 +153,7 @@ func compilePolicy(name string, spec *PolicySpec, defaultPorts []uint16) *Policy
 	}
 	add := func(kind string, rules []Rule) {
 		for i, r := range rules {
-			cr := &compiledRule{id: fmt.Sprintf("policies.%s.%s[%d]", name, kind, i)}
+			cr := &compiledRule{id: fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), credential: r.Credential}
 			for _, port := range r.Ports {
 				cr.ports = append(cr.ports, uint16(port))
 			}
@@ -293,6 +298,9 @@ func (p *Policy) decide(h Host, q *request) Decision {
 		d := Decision{Allow: true, Reason: Allowed, Rule: v.allow.id}
 		if q.method == "" && v.inspect {
 			d.Inspect = true
+		}
+		if q.method != "" {
+			d.Credential = v.allow.credential
 		}
 		return d
 	case !v.hostMatch:

@@ -61,9 +61,16 @@ type decoder struct {
 // laterKeys are keys of the design's configuration contract that later
 // versions implement: refused with a message that says so, not as typos.
 var laterKeys = map[string]string{
-	"auth":        "session-token authentication",
-	"credentials": "the credential broker",
-	"dns":         "the DNS filter",
+	"auth": "session-token authentication",
+	"dns":  "the DNS filter",
+}
+
+// laterMinters are credential source kinds (DESIGN.md) that later
+// versions implement.
+var laterMinters = map[string]string{
+	"jwt":        "the jwt token minter",
+	"oauth2":     "the oauth2 client-credentials minter",
+	"github_app": "the github_app installation-token minter",
 }
 
 // nodeDecoder is implemented by config types that parse and validate their
@@ -209,10 +216,11 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		fi, ok := fields[k.Value]
 		if !ok {
-			if what, later := laterKeys[kp]; later || (k.Value == "credential" && strings.HasPrefix(path, "policies.")) {
-				if what == "" {
-					what = "credential injection"
-				}
+			what, later := laterKeys[kp]
+			if m, ok := laterMinters[k.Value]; ok && strings.HasPrefix(path, "credentials.") && strings.HasSuffix(path, ".source") {
+				what, later = m, true
+			}
+			if later {
 				d.errorf(k, kp, "%s is not available in this version of Airlock; remove the key", what)
 				continue
 			}

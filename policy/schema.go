@@ -22,7 +22,10 @@ type Config struct {
 	Limits    Limits                 `yaml:"limits"`
 	Policies  map[string]*PolicySpec `yaml:"policies"`
 	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
-	Audit     AuditSpec              `yaml:"audit"`
+	// Credentials are what Airlock injects into allowed requests, by name;
+	// a rule's credential field refers to one.
+	Credentials map[string]*CredentialSpec `yaml:"credentials"`
+	Audit       AuditSpec                  `yaml:"audit"`
 
 	file      string
 	addrs     AddressRules
@@ -107,7 +110,51 @@ type Rule struct {
 	Ports   []Port        `yaml:"ports"`   // allow: default network.ports; deny: any port
 	Methods []Method      `yaml:"methods"` // omitted = any
 	Paths   []PathPattern `yaml:"paths"`   // omitted = any
+	// Credential names an entry of credentials to inject into requests
+	// this allow rule admits (allow rules only). The host must be one the
+	// credential is bound to. Requests are intercepted to inject it.
+	Credential string `yaml:"credential"`
+	Pos        position
+}
+
+// CredentialSpec is one credential: where its value comes from, the hosts
+// it may be sent to, and where in a request it goes.
+type CredentialSpec struct {
+	Source SourceSpec `yaml:"source"`
+	// Hosts are the only hosts the credential is ever sent to (names, IP
+	// literals or *.domain, as in rules); required.
+	Hosts []HostPattern `yaml:"hosts"`
+	// Inject is the request slot the value is written to; default
+	// {header: Authorization, format: "Bearer {token}"}.
+	Inject InjectSpec `yaml:"inject"`
+	// Placeholder is the stand-in value the sandbox holds (at least 16
+	// characters, no spaces). Empty: Airlock derives one per sandbox.
+	Placeholder string `yaml:"placeholder"`
+	// AllowPlaintext permits injection into plain-HTTP requests; by
+	// default a credential is only ever sent inside TLS.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+	Pos            position
+}
+
+// SourceSpec says where a credential's value comes from: exactly one of
+// Env, File or Command.
+type SourceSpec struct {
+	Env     string   `yaml:"env"`     // an environment variable of the Airlock process
+	File    string   `yaml:"file"`    // a file, re-read when it changes (trailing newline dropped)
+	Command []string `yaml:"command"` // argv of a command that prints the value, e.g. [gh, auth, token]
+	// TTL is how long a command's output is reused; default 5m.
+	TTL time.Duration `yaml:"ttl"`
+	// Timeout bounds one run of the command; default 10s.
+	Timeout time.Duration `yaml:"timeout"`
 	Pos     position
+}
+
+// InjectSpec is where a credential goes in a request: header Header,
+// whose value is Format with "{token}" replaced by the credential.
+type InjectSpec struct {
+	Header string `yaml:"header"`
+	Format string `yaml:"format"`
+	Pos    position
 }
 
 // SandboxSpec names an identity and the policy it uses.
@@ -137,6 +184,34 @@ func (p HostPattern) String() string {
 		return "*." + p.Host.String()
 	}
 	return p.Host.String()
+}
+
+// Covers reports whether every host q matches is also matched by p: equal
+// patterns, a name or wildcard below p's wildcard domain, or the same IP.
+func (p HostPattern) Covers(q HostPattern) bool {
+	if p == q {
+		return true
+	}
+	if !p.Wildcard || q.Host.IsIP() || p.Host.IsIP() {
+		return false
+	}
+	// *.example.com covers a.example.com and *.a.example.com, but never
+	// across a public suffix (see Policy.Decide).
+	name := q.Host.Name()
+	return strings.HasSuffix(name, "."+p.Host.Name()) && len(p.Host.Name()) > int(q.Host.suffix)
+}
+
+// Matches reports whether h is one of the hosts p matches, with the same
+// semantics as a rule: a wildcard matches names below its domain, never
+// the domain itself and never across a public suffix.
+func (p HostPattern) Matches(h Host) bool {
+	if !p.Wildcard {
+		return p.Host == h
+	}
+	if h.IsIP() {
+		return false
+	}
+	return strings.HasSuffix(h.Name(), "."+p.Host.Name()) && len(p.Host.Name()) > int(h.suffix)
 }
 
 func (p *HostPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
