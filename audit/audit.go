@@ -6,7 +6,7 @@
 // server.port, url.path, url.query, http.response.status_code,
 // network.peer.address, error.type); the rest are Airlock's own (event,
 // sandbox, decision, reason, rule, intercepted, bytes_sent, bytes_received,
-// duration_ms, close_reason). The package writes only what an Event holds: it never sees
+// duration_ms, close_reason, credential, alert, severity). The package writes only what an Event holds: it never sees
 // headers, so no credential, placeholder or session token can reach a line.
 // Query strings are reduced to their keys by QueryKeys, and path parameters
 // removed by Path, before they get here.
@@ -48,8 +48,14 @@ type Event struct {
 	Rule     string // config path of the deciding rule
 	// Intercepted is true when Airlock terminated TLS to see the request.
 	Intercepted bool
-	Peer        netip.Addr // network.peer.address: the upstream address actually connected
-	ErrorType   string     // error.type: class of upstream failure, e.g. "connection_refused"
+	// Credential is the name (never the value) of the credential injected,
+	// or whose placeholder was caught.
+	Credential string
+	// Alert marks an event an operator must look at, e.g.
+	// "placeholder_exfiltration"; the line then carries severity "high".
+	Alert     string
+	Peer      netip.Addr // network.peer.address: the upstream address actually connected
+	ErrorType string     // error.type: class of upstream failure, e.g. "connection_refused"
 	// BytesSent counts body (or tunnel) bytes from the client to the
 	// upstream; BytesReceived from the upstream to the client.
 	BytesSent     int64
@@ -135,6 +141,12 @@ func (l *Logger) Log(e *Event) {
 	}
 	if e.CloseReason != "" {
 		ev = ev.Str("close_reason", e.CloseReason)
+	}
+	if e.Credential != "" {
+		ev = ev.Str("credential", e.Credential)
+	}
+	if e.Alert != "" {
+		ev = ev.Str("alert", e.Alert).Str("severity", "high")
 	}
 	ev.Bool("intercepted", e.Intercepted).
 		Int64("bytes_sent", e.BytesSent).

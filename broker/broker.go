@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -262,4 +265,42 @@ func (b *Broker) FindPlaceholder(r *http.Request, sandbox, allowed string, host 
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// KeyFile is the placeholder key's file name in a state directory.
+const KeyFile = "placeholder.key"
+
+// LoadKey returns the placeholder key kept in dir, creating it (32 random
+// bytes, mode 0600; dir 0700) the first time. Keep it: a new key gives
+// every sandbox new placeholders.
+func LoadKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, KeyFile)
+	if k, err := os.ReadFile(path); err == nil {
+		if len(k) < 16 {
+			return nil, fmt.Errorf("%s is shorter than 16 bytes; remove it to generate a new key (sandboxes then get new placeholders)", path)
+		}
+		return k, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadKey(dir) // another process made it first
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(k); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, err
+	}
+	return k, f.Close()
 }

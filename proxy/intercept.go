@@ -161,6 +161,14 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		}
 	}
 	removeHopByHop(r.Header)
+	if ref := s.applyCredentials(r, st, ts.sb, ts.host, ts.port, d, true); ref != nil {
+		resp := cannedResponse(r, ref.status, ref.reason, ref.body)
+		ev.Decision, ev.Reason = "deny", ref.reason
+		if ref.status == http.StatusBadGateway {
+			ev.Decision = "allow" // allowed by policy, but not sendable
+		}
+		return r, resp
+	}
 	r = r.WithContext(context.WithValue(r.Context(), configKey{}, ts.cfg))
 	ctx.Req = r
 	ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)

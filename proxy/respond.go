@@ -55,6 +55,11 @@ func explain(reason string) (why, advice string) {
 		return "A deny rule matches this destination.", adviceOperator
 	case "address_blocked":
 		return "The host is, or resolves to, an internal, loopback, link-local, cloud-metadata or reserved address.", adviceAddress
+	case "credential_host_mismatch":
+		return "The request carries a credential placeholder somewhere it must not go: placeholders are only swapped for real credentials in their own header, on the hosts they are bound to.",
+			"Sending a placeholder elsewhere looks like an exfiltration attempt and has been reported to the operator."
+	case "credential_requires_tls":
+		return "This host's credential is only ever sent inside TLS.", "Use https:// for this host."
 	case "authority_mismatch":
 		return "The request names another host than the one this HTTPS tunnel was opened for.",
 			"Open a separate connection (CONNECT) for each host; Airlock checks each one on its own."

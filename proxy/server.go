@@ -20,6 +20,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/policy"
 )
@@ -48,6 +49,7 @@ type Server struct {
 	gp     *goproxy.ProxyHttpServer
 	tr     *http.Transport
 	ca     *certs.CA // nil: no interception
+	broker *broker.Broker
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -70,6 +72,9 @@ type Options struct {
 	// CA signs leaf certificates for TLS interception. Nil: hosts whose
 	// rules need interception are refused (interception_required).
 	CA *certs.CA
+	// Broker injects credentials and catches placeholders; nil when the
+	// configuration has no credentials.
+	Broker *broker.Broker
 }
 
 // New returns a Server enforcing cfg. It reads cfg.TLS.UpstreamCA, if
@@ -83,7 +88,7 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 	for _, r := range cfg.Network.Resolvers {
 		resolvers = append(resolvers, r.AddrPort)
 	}
-	s := &Server{log: opts.Audit, errlog: errlog, ca: opts.CA, dialer: newDialer(resolvers, DialTimeout)}
+	s := &Server{log: opts.Audit, errlog: errlog, ca: opts.CA, broker: opts.Broker, dialer: newDialer(resolvers, DialTimeout)}
 	s.cfg.Store(cfg)
 	s.tunnelCtx, s.closeTunnels = context.WithCancel(context.Background())
 
@@ -147,7 +152,13 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 			return nil
 		}
 		removeHopByHop(resp.Header)
-		if st, _ := ctx.Req.Context().Value(stateKey{}).(*reqState); st != nil && st.ev.Intercepted {
+		st, _ := ctx.Req.Context().Value(stateKey{}).(*reqState)
+		if st != nil && st.inj != nil {
+			// The upstream must not hand the injected value to the sandbox.
+			st.inj.ScrubHeader(resp.Header)
+			resp.Body = st.inj.ScrubBody(resp.Body)
+		}
+		if st != nil && st.ev.Intercepted {
 			s.auditInner(resp, st)
 		}
 		return resp
@@ -280,6 +291,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		r.Host = strings.TrimSuffix(r.Host, fmt.Sprintf(":%d", port))
 	}
 	removeHopByHop(r.Header)
+	if ref := s.applyCredentials(r, st, sb, h, port, d, scheme == "https"); ref != nil {
+		ev.Decision, ev.Reason = "deny", ref.reason
+		if ref.status == http.StatusBadGateway {
+			ev.Decision = "allow" // allowed by policy, but not sendable
+		}
+		writeDecision(cw, ref.status, ref.reason, ref.body)
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &countingReader{ReadCloser: r.Body, n: &sent}
 	}
@@ -291,7 +310,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 // reqState is what the round tripper learns about a forwarded request.
 type reqState struct {
 	ev           *audit.Event
-	fromUpstream bool // the response came from the upstream, not from Airlock
+	fromUpstream bool              // the response came from the upstream, not from Airlock
+	inj          *broker.Injection // what was injected, to scrub from the response
 }
 
 type stateKey struct{}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/proxy"
@@ -127,6 +128,16 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 			return err
 		}
 		errlog.Info("TLS interception enabled", "ca", certPath)
+	}
+	if len(cfg.Credentials) > 0 {
+		key, err := broker.LoadKey(stateDir)
+		if err != nil {
+			return fmt.Errorf("placeholder key: %w", err)
+		}
+		if opts.Broker, err = broker.New(cfg, key); err != nil {
+			return err
+		}
+		errlog.Info("credential broker enabled", "credentials", strings.Join(opts.Broker.Names(), ","))
 	}
 	srv, err := proxy.New(cfg, opts)
 	if err != nil {

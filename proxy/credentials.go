@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/airlockhq/airlock/broker"
+	"github.com/airlockhq/airlock/policy"
+)
+
+// Reasons of the credential step.
+const (
+	reasonCredentialHostMismatch = "credential_host_mismatch" // a placeholder where it must not be, or an unbound host
+	reasonCredentialUnavailable  = "credential_unavailable"   // the credential could not be had: never forward without it
+	reasonCredentialRequiresTLS  = "credential_requires_tls"  // plain HTTP to a host whose rule injects a credential
+	alertPlaceholder             = "placeholder_exfiltration"
+)
+
+// refusal is an answer Airlock gives instead of forwarding.
+type refusal struct {
+	status int
+	reason string
+	body   string
+}
+
+// applyCredentials is the broker step for an allowed request (DESIGN.md:
+// decide -> inject -> forward). A placeholder anywhere but its own slot,
+// on a host its credential is bound to, refuses the request with
+// credential_host_mismatch and an alert: that is what an exfiltration
+// attempt looks like. Then the rule's credential, if any, is injected; if
+// it cannot be, the request is refused, never forwarded without it.
+// overTLS says whether the upstream leg is TLS.
+func (s *Server) applyCredentials(r *http.Request, st *reqState, sb *policy.Sandbox, h policy.Host, port uint16, d policy.Decision, overTLS bool) *refusal {
+	if s.broker == nil {
+		if d.Credential != "" { // cannot happen: cmd builds a broker for any config with credentials
+			return &refusal{http.StatusBadGateway, reasonCredentialUnavailable, "Airlock has no credential broker.\n"}
+		}
+		return nil
+	}
+	ev := st.ev
+	found, ok, err := s.broker.FindPlaceholder(r, sb.Name, d.Credential, h)
+	if err != nil {
+		return &refusal{http.StatusBadRequest, reasonInvalidRequest, "Airlock could not read the request body.\n"}
+	}
+	if ok {
+		ev.Credential, ev.Alert = found.Credential, alertPlaceholder
+		s.errlog.Warn("placeholder outside its slot: request refused", "sandbox", sb.Name, "credential", found.Credential,
+			"where", found.Where, "server.address", h.String())
+		return &refusal{http.StatusForbidden, reasonCredentialHostMismatch, denyBody(h.String(), port, reasonCredentialHostMismatch, sb.Name)}
+	}
+	if d.Credential == "" {
+		return nil
+	}
+	ev.Credential = d.Credential
+	inj, err := s.broker.Inject(r.Context(), r, d.Credential, h, overTLS)
+	switch {
+	case err == nil:
+		st.inj = inj
+		return nil
+	case errors.Is(err, broker.ErrNotBound):
+		return &refusal{http.StatusForbidden, reasonCredentialHostMismatch, denyBody(h.String(), port, reasonCredentialHostMismatch, sb.Name)}
+	case errors.Is(err, broker.ErrPlaintext):
+		return &refusal{http.StatusForbidden, reasonCredentialRequiresTLS, denyBody(h.String(), port, reasonCredentialRequiresTLS, sb.Name)}
+	}
+	s.errlog.Warn("credential unavailable: request refused", "sandbox", sb.Name, "credential", d.Credential, "error", err.Error())
+	return &refusal{http.StatusBadGateway, reasonCredentialUnavailable,
+		"Airlock could not obtain the credential for this request, so it was not sent. Retrying later may work; the operator can see why in Airlock's log.\n"}
+}
