@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -463,16 +466,27 @@ func TestUpstreamDownAnswers502WithoutInternalAddress(t *testing.T) {
 	}
 }
 
-func TestTunnelAuditLineIsWrittenOnShutdown(t *testing.T) {
-	up := testutil.NewUpstream(t)
-	p := testutil.StartProxy(t, localConfig(up.Port()))
-	status, c, _ := connectRaw(t, p.Addr, fmt.Sprintf("allowed.test:%d", up.Port()))
+// tlsTunnel opens CONNECT allowed.test:port through p and starts TLS to
+// allowed.test inside it.
+func tlsTunnel(t *testing.T, p *testutil.Proxy, port int, pool *x509.CertPool, sni string) (net.Conn, *tls.Conn) {
+	t.Helper()
+	status, c, _ := connectRaw(t, p.Addr, fmt.Sprintf("allowed.test:%d", port))
 	if status != "200" {
 		t.Fatal(status)
 	}
-	defer c.Close()
-	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
-	time.Sleep(200 * time.Millisecond)
+	t.Cleanup(func() { c.Close() })
+	return c, tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool, InsecureSkipVerify: sni != "allowed.test"})
+}
+
+func TestTunnelAuditLineIsWrittenOnShutdown(t *testing.T) {
+	ca := testutil.NewCA(t)
+	up := testutil.NewTLSUpstream(t, ca, "allowed.test")
+	p := testutil.StartProxy(t, localConfig(up.Port()))
+	_, tc := tlsTunnel(t, p, up.Port(), ca.Pool(), "allowed.test")
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil {
+		t.Fatal(err)
+	}
 	p.Stop(t)
 	evs := p.Audit(t)
 	if len(evs) != 1 {
@@ -485,20 +499,50 @@ func TestTunnelAuditLineIsWrittenOnShutdown(t *testing.T) {
 }
 
 func TestIdleTunnelIsClosed(t *testing.T) {
-	up := testutil.NewUpstream(t)
+	ca := testutil.NewCA(t)
+	up := testutil.NewTLSUpstream(t, ca, "allowed.test")
 	p := testutil.StartProxy(t, localConfig(up.Port())+"limits:\n  idle_timeout: 1s\n")
-	status, c, _ := connectRaw(t, p.Addr, fmt.Sprintf("allowed.test:%d", up.Port()))
-	if status != "200" {
-		t.Fatal(status)
+	raw, tc := tlsTunnel(t, p, up.Port(), ca.Pool(), "allowed.test")
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(15 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
+	raw.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil {
 		t.Fatal("read data from an idle tunnel")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the idle tunnel was not closed by the proxy")
 	}
 	wantFields(t, p.WaitAudit(t, 1)[0], map[string]any{"close_reason": "idle_timeout"})
+}
+
+// The CDN-fronting attack: a tunnel to an allowed host whose TLS names
+// another site. CDNs route on the server name, so it must be refused.
+func TestOpaqueTunnelMustNameItsHostInTLS(t *testing.T) {
+	ca := testutil.NewCA(t)
+	up := testutil.NewTLSUpstream(t, ca, "allowed.test")
+	p := testutil.StartProxy(t, localConfig(up.Port()))
+	_, tc := tlsTunnel(t, p, up.Port(), ca.Pool(), "exfil.attacker.example")
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("a TLS handshake naming another server went through")
+	}
+	raw, _ := tlsTunnel(t, p, up.Port(), ca.Pool(), "allowed.test")
+	io.WriteString(raw, "GET / HTTP/1.1\r\nHost: exfil.attacker.example\r\n\r\n")
+	raw.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if b, _ := io.ReadAll(raw); len(b) != 0 {
+		t.Fatalf("plain HTTP through a tunnel got %q", b)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("the upstream was reached %d times", n)
+	}
+	evs := p.WaitAudit(t, 2)
+	reasons := map[any]bool{}
+	for _, ev := range evs {
+		wantFields(t, ev, map[string]any{"event": "tunnel", "decision": "deny", "close_reason": "refused"})
+		reasons[ev["reason"]] = true
+	}
+	if !reasons["authority_mismatch"] || !reasons["tls_required"] {
+		t.Errorf("reasons %v, want authority_mismatch and tls_required", reasons)
+	}
 }
 
 func TestPolicyCheckReportsLineAndColumn(t *testing.T) {

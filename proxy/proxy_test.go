@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -42,10 +43,19 @@ func startProxy(tb testing.TB, cfgYAML string) (addr string, srv *Server) {
 	return ln.Addr().String(), srv
 }
 
-// openTunnel sends CONNECT allowed.test:port to the proxy at addr and
-// fails unless it answers 200. It returns the connection (closed at the
-// end of the test) and its reader.
-func openTunnel(tb testing.TB, addr string, port int) (*net.TCPConn, *bufio.Reader) {
+// tlsUpstream starts an HTTPS upstream for allowed.test and returns it
+// with a pool that trusts it.
+func tlsUpstream(tb testing.TB) (*testutil.Upstream, *x509.CertPool) {
+	ca := testutil.NewCA(tb)
+	return testutil.NewTLSUpstream(tb, ca, "allowed.test"), ca.Pool()
+}
+
+// openTunnel sends CONNECT allowed.test:port to the proxy at addr, fails
+// unless it answers 200, and starts TLS to allowed.test through it
+// (opaque tunnels must carry TLS naming the CONNECT host). It returns the
+// raw connection (closed at the end of the test), the TLS connection and
+// a reader on it.
+func openTunnel(tb testing.TB, addr string, port int, pool *x509.CertPool) (*net.TCPConn, *tls.Conn, *bufio.Reader) {
 	tb.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -53,11 +63,14 @@ func openTunnel(tb testing.TB, addr string, port int) (*net.TCPConn, *bufio.Read
 	}
 	tb.Cleanup(func() { c.Close() })
 	fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", port)
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+	if resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
 		tb.Fatalf("CONNECT: %v %v", resp, err)
 	}
-	return c.(*net.TCPConn), br
+	tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: pool})
+	if err := tc.Handshake(); err != nil {
+		tb.Fatalf("TLS through the tunnel: %v", err)
+	}
+	return c.(*net.TCPConn), tc, bufio.NewReader(tc)
 }
 
 func localYAML(port int) string {
@@ -100,9 +113,9 @@ func TestDenyBodyTellsTheAgentWhatAndWhy(t *testing.T) {
 
 // A tunnel where one side is silent but the other is busy is not idle.
 func TestTunnelIdleIsJudgedAcrossBothDirections(t *testing.T) {
-	up := testutil.NewUpstream(t)
+	up, pool := tlsUpstream(t)
 	addr, _ := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 300ms}\n")
-	c, br := openTunnel(t, addr, up.Port())
+	raw, c, br := openTunnel(t, addr, up.Port(), pool)
 	// Ask for a slow-ish stream: the client then stays silent while bytes
 	// flow down for longer than the idle timeout.
 	const n = 64 << 20
@@ -127,7 +140,7 @@ func TestTunnelIdleIsJudgedAcrossBothDirections(t *testing.T) {
 		t.Fatalf("read %d of %d bytes before the tunnel closed", got, n)
 	}
 	// Now nothing moves either way: the tunnel must close.
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("unexpected data")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -157,37 +170,30 @@ func BenchmarkHTTPForwardKeepAlive(b *testing.B) {
 	})
 }
 
+// A new CONNECT tunnel and TLS handshake per request.
 func BenchmarkCONNECTNewTunnelPerRequest(b *testing.B) {
-	up := testutil.NewUpstream(b)
+	up, pool := tlsUpstream(b)
 	addr, _ := startProxy(b, localYAML(up.Port()))
-	req := fmt.Sprintf("CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.WriteString(c, req)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("CONNECT: %v", err)
-		}
+		raw, c, br := openTunnel(b, addr, up.Port(), pool)
 		io.WriteString(c, "GET /bytes?n=1024 HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
-		resp, err = http.ReadResponse(br, nil)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
-		c.Close()
+		raw.Close()
 	}
 }
 
+// Bulk download through one opaque tunnel (TLS end to end: the proxy
+// splices ciphertext).
 func BenchmarkTunnelThroughput(b *testing.B) {
-	up := testutil.NewUpstream(b)
+	up, pool := tlsUpstream(b)
 	addr, _ := startProxy(b, localYAML(up.Port()))
-	c, br := openTunnel(b, addr, up.Port())
+	_, c, br := openTunnel(b, addr, up.Port(), pool)
 	const n = 16 << 20
 	b.SetBytes(n)
 	b.ResetTimer()
@@ -225,10 +231,10 @@ func TestGoproxyRefusesCONNECTItself(t *testing.T) {
 // A client that half-closes its side and then never reads must not keep a
 // tunnel open past the idle timeout.
 func TestHalfClosedTunnelThatStopsReadingIsClosedWhenIdle(t *testing.T) {
-	up := testutil.NewUpstream(t)
+	up, pool := tlsUpstream(t)
 	addr, srv := startProxy(t, localYAML(up.Port())+"limits: {idle_timeout: 500ms}\n")
-	c, _ := openTunnel(t, addr, up.Port())
-	c.SetReadBuffer(4096)
+	raw, c, _ := openTunnel(t, addr, up.Port(), pool)
+	raw.SetReadBuffer(4096)
 	// Ask for far more than socket buffers hold, half-close, never read.
 	fmt.Fprintf(c, "GET /bytes?n=%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", 256<<20)
 	c.CloseWrite()
@@ -322,3 +328,62 @@ func benchmarkHTTPSKeepAlive(b *testing.B, inspect bool) {
 // intercepted one: the difference is the cost of interception per request.
 func BenchmarkHTTPSKeepAliveOpaqueTunnel(b *testing.B)      { benchmarkHTTPSKeepAlive(b, false) }
 func BenchmarkHTTPSKeepAliveInterceptedTunnel(b *testing.B) { benchmarkHTTPSKeepAlive(b, true) }
+
+// An opaque tunnel is decided on the CONNECT host, so it must carry TLS
+// for that host: CDNs route on the TLS server name, and a ClientHello
+// naming another site would reach any tenant of the CDN.
+func TestOpaqueTunnelRefusesAnotherServerName(t *testing.T) {
+	up, pool := tlsUpstream(t)
+	addr, _ := startProxy(t, localYAML(up.Port()))
+	connect := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port())
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c
+	}
+	for _, sni := range []string{"exfil.attacker.example", ""} {
+		tc := tls.Client(connect(), &tls.Config{ServerName: sni, RootCAs: pool, InsecureSkipVerify: true})
+		if err := tc.Handshake(); err == nil {
+			t.Errorf("TLS with SNI %q went through a tunnel to allowed.test", sni)
+		}
+	}
+	c := connect()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: exfil.attacker.example\r\n\r\n")
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("plain HTTP through an opaque tunnel got an answer: %q", b)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("the upstream served %d requests from refused tunnels", n)
+	}
+}
+
+func TestCheckClientHello(t *testing.T) {
+	name, _ := policy.ParseHost("allowed.test")
+	ip, _ := policy.ParseHost("192.0.2.7")
+	cases := []struct {
+		sni  string
+		exts []uint16
+		host policy.Host
+		ok   bool
+	}{
+		{"allowed.test", []uint16{0, 10, 13}, name, true},
+		{"ALLOWED.test.", nil, name, true},
+		{"other.test", nil, name, false},
+		{"", nil, name, false},
+		{"", nil, ip, true},
+		{"allowed.test", []uint16{0, extensionECH}, name, false},
+	}
+	for _, tc := range cases {
+		if got := checkClientHello(tc.sni, tc.exts, tc.host) == ""; got != tc.ok {
+			t.Errorf("checkClientHello(%q, %v, %s) ok=%v, want %v", tc.sni, tc.exts, tc.host, got, tc.ok)
+		}
+	}
+}

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -116,10 +116,33 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 	go func() {
 		defer s.tunnels.Done()
 		defer s.open.Add(-1)
-		sent, received, why := s.pipe(clientConn, rw.Reader, upstream, sb.IdleTimeout)
-		ev.BytesSent, ev.BytesReceived, ev.CloseReason = sent, received, why
-		ev.Duration = time.Since(ev.Start)
-		s.log.Log(ev)
+		defer func() {
+			ev.Duration = time.Since(ev.Start)
+			s.log.Log(ev)
+		}()
+		// The tunnel must carry TLS to the CONNECT host: read the
+		// ClientHello (it may already sit in the server's buffer) and
+		// check its server name before a byte goes upstream.
+		clientConn.SetReadDeadline(time.Now().Add(cfg.Limits.HeaderTimeout))
+		buffered, _ := rw.Reader.Peek(rw.Reader.Buffered())
+		sni, exts, hello, err := readClientHello(io.MultiReader(bytes.NewReader(buffered), clientConn))
+		why := ""
+		switch {
+		case err != nil:
+			ev.Reason, why = reasonTLSRequired, "the tunnel did not start with a TLS ClientHello"
+		default:
+			if why = checkClientHello(sni, exts, h); why != "" {
+				ev.Reason = reasonAuthorityMismatch
+			}
+		}
+		if why != "" {
+			ev.Decision, ev.CloseReason, ev.BytesSent = "deny", "refused", int64(len(hello))
+			s.errlog.Info("tunnel refused after its ClientHello", "sandbox", sb.Name, "server.address", h.String(), "reason", why)
+			clientConn.Close()
+			upstream.Close()
+			return
+		}
+		ev.BytesSent, ev.BytesReceived, ev.CloseReason = s.pipe(clientConn, hello, upstream, sb.IdleTimeout)
 	}()
 }
 
@@ -127,7 +150,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 // clock is consulted again.
 const tunnelChunk = 1 << 20
 
-// pipe copies between client and upstream until both directions finish,
+// pipe writes replay upstream, then copies between client and upstream
+// until both directions finish,
 // the tunnel is idle for idle, or the server shuts down. It returns the
 // bytes moved client->upstream and upstream->client, and why the tunnel
 // ended: "closed" (a side closed or failed), "idle_timeout" or "shutdown".
@@ -137,15 +161,14 @@ const tunnelChunk = 1 << 20
 // The copy moves at most tunnelChunk bytes per step under a read deadline,
 // so idleness is judged across both directions: a long download with a
 // silent client is not idle.
-func (s *Server) pipe(client net.Conn, buffered *bufio.Reader, upstream *net.TCPConn, idle time.Duration) (sent, received int64, why string) {
+func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idle time.Duration) (sent, received int64, why string) {
 	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 
-	// Bytes the client sent right behind its CONNECT (a pipelined TLS
-	// ClientHello) are already in the HTTP server's buffer.
-	if n := buffered.Buffered(); n > 0 {
-		b, _ := buffered.Peek(n)
-		m, err := upstream.Write(b)
+	// The bytes read from the client to check its ClientHello go first.
+	if len(replay) > 0 {
+		upstream.SetWriteDeadline(time.Now().Add(idle))
+		m, err := upstream.Write(replay)
 		sent += int64(m)
 		if err != nil {
 			client.Close()
