@@ -126,8 +126,17 @@ func (c *Config) validate(d *decoder) {
 				rules = p.Deny
 			}
 			for i, r := range rules {
-				if r.Ports != nil && len(r.Ports) == 0 {
-					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d].ports", name, kind, i), "an empty list matches no port; remove the key")
+				for _, e := range []struct {
+					key   string
+					empty bool
+				}{
+					{"ports", r.Ports != nil && len(r.Ports) == 0},
+					{"methods", r.Methods != nil && len(r.Methods) == 0},
+					{"paths", r.Paths != nil && len(r.Paths) == 0},
+				} {
+					if e.empty {
+						d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d].%s", name, kind, i, e.key), "an empty list: remove the key (meaning any) or list what is allowed")
+					}
 				}
 				if r.Credential != "" {
 					c.checkRuleCredential(d, r, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), kind)
@@ -339,6 +348,20 @@ func (c *Config) Warnings() []string {
 					"%s is a blocked address, so this rule has no effect unless network.allow_cidrs covers it", a)
 			}
 		}
+		for i, r := range spec.Allow {
+			if len(r.Methods) == 0 && len(r.Paths) == 0 && r.Credential == "" {
+				continue
+			}
+			// A broader allow rule for the same host and port lets through
+			// what this rule's methods and paths hold back.
+			for j, o := range spec.Allow {
+				if j != i && len(o.Methods) == 0 && len(o.Paths) == 0 && o.Host.Covers(r.Host) && portsOverlap(r.Ports, o.Ports) {
+					at(r.Pos, fmt.Sprintf("policies.%s.allow[%d]", name, i),
+						"its methods and paths limit nothing: policies.%s.allow[%d] allows %s on the same port without them", name, j, o.Host)
+					break
+				}
+			}
+		}
 		for i, r := range spec.Deny {
 			if r.Host.Host.IsIP() {
 				at(r.Pos, fmt.Sprintf("policies.%s.deny[%d]", name, i),
@@ -471,4 +494,19 @@ func (c *Config) checkRuleCredential(d *decoder, r Rule, path, kind string) {
 		}
 	}
 	d.errorfAt(r.Pos, path+".credential", "credential %q is not bound to %s; add it to credentials.%s.hosts if it may be sent there", r.Credential, r.Host, r.Credential)
+}
+
+// portsOverlap reports whether two rules' port lists may share a port. An
+// empty list means network.ports, so it is taken to overlap any list:
+// a warning too many beats one missed.
+func portsOverlap(a, b []Port) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return true
+	}
+	for _, p := range a {
+		if slices.Contains(b, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -1152,3 +1152,35 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("a plain policy has warnings: %v", w)
 	}
 }
+
+func TestEmptyAndNullListsAndQueryPatternsAreErrors(t *testing.T) {
+	checkParseErrors(t, []parseErrorCase{
+		{"empty methods", ruleWith("        methods: []"), []wantErr{{4, 9, "policies.default.allow[0].methods", "an empty list"}}},
+		{"empty paths", ruleWith("        paths: []"), []wantErr{{4, 9, "policies.default.allow[0].paths", "an empty list"}}},
+		{"null methods", ruleWith("        methods:"), []wantErr{{5, 17, "policies.default.allow[0].methods", "empty value"}}},
+		{"null ports", ruleWith("        ports: ~"), []wantErr{{5, 16, "policies.default.allow[0].ports", "empty value"}}},
+		{"a query in a path pattern", ruleWith(`        paths: ["/admin?debug=1"]`), []wantErr{{5, 17, "policies.default.allow[0].paths[0]", "never the query"}}},
+	})
+}
+
+// ruleWith is a policy with one allow rule for api.example.com (line 4)
+// and extra lines under it.
+func ruleWith(extra ...string) string {
+	return lines(append([]string{"policies:", "  default:", "    allow:", "      - host: api.example.com"}, extra...)...)
+}
+
+func TestWarningsForShadowedRequestRules(t *testing.T) {
+	c := mustParse(t, lines(
+		"policies:",
+		"  default:",
+		"    allow:",
+		"      - host: api.example.com",
+		"        methods: [GET]",
+		"        paths: [\"/public/**\"]",
+		"      - host: \"*.example.com\"",
+	))
+	got := strings.Join(c.Warnings(), "\n")
+	if !strings.Contains(got, "airlock.yaml:4:9: policies.default.allow[0]: its methods and paths limit nothing: policies.default.allow[1] allows *.example.com") {
+		t.Errorf("warnings:\n%s", got)
+	}
+}

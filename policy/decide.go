@@ -61,6 +61,7 @@ type ruleSet struct {
 
 type compiledRule struct {
 	id         string // "policies.NAME.allow[i]"
+	deny       bool   // deny rules match paths loosely (see segmentEqual)
 	credential string
 	ports      []uint16
 	methods    []string
@@ -98,7 +99,7 @@ func (r *compiledRule) matchPath(segs []string) bool {
 		return true
 	}
 	for _, p := range r.paths {
-		if matchSegments(p, segs) {
+		if matchSegments(p, segs, r.deny) {
 			return true
 		}
 	}
@@ -109,7 +110,9 @@ func (r *compiledRule) matchPath(segs []string) bool {
 // exactly one segment and "**" zero or more. It backtracks only to the
 // most recent "**" (the linear glob algorithm), so a request path cannot
 // make it take more than len(pat)*len(segs) steps, whatever the pattern.
-func matchSegments(pat, segs []string) bool {
+//
+// Segments are compared by segmentEqual: loosely for deny rules.
+func matchSegments(pat, segs []string, loose bool) bool {
 	px, sx := 0, 0
 	starPx, starSx := -1, 0 // where the last "**" was, and how much it has eaten
 	for px < len(pat) || sx < len(segs) {
@@ -125,7 +128,7 @@ func matchSegments(pat, segs []string) bool {
 					continue
 				}
 			default:
-				if sx < len(segs) && segs[sx] == pat[px] {
+				if sx < len(segs) && segmentEqual(segs[sx], pat[px], loose) {
 					px, sx = px+1, sx+1
 					continue
 				}
@@ -142,6 +145,21 @@ func matchSegments(pat, segs []string) bool {
 	return true
 }
 
+// segmentEqual compares a request path segment with a pattern segment.
+// The segment's ";parameters" never count: Tomcat, Jetty and Spring drop
+// them, so /a;x/b is /a/b to them. For deny rules (loose) the comparison
+// also ignores case and trailing dots and spaces, which servers such as
+// IIS ignore: a deny rule must not be sidestepped by spelling.
+func segmentEqual(seg, pat string, loose bool) bool {
+	if i := strings.IndexByte(seg, ';'); i >= 0 {
+		seg = seg[:i]
+	}
+	if !loose {
+		return seg == pat
+	}
+	return strings.EqualFold(strings.TrimRight(seg, ". "), strings.TrimRight(pat, ". "))
+}
+
 // compilePolicy indexes a PolicySpec by host. defaultPorts applies to allow
 // rules without ports.
 func compilePolicy(name string, spec *PolicySpec, defaultPorts []uint16) *Policy {
@@ -153,7 +171,7 @@ func compilePolicy(name string, spec *PolicySpec, defaultPorts []uint16) *Policy
 	}
 	add := func(kind string, rules []Rule) {
 		for i, r := range rules {
-			cr := &compiledRule{id: fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), credential: r.Credential}
+			cr := &compiledRule{id: fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), deny: kind == "deny", credential: r.Credential}
 			for _, port := range r.Ports {
 				cr.ports = append(cr.ports, uint16(port))
 			}

@@ -579,7 +579,7 @@ func TestMatchSegments(t *testing.T) {
 		if !ok {
 			t.Fatalf("splitPath(%q) refused", tc.path)
 		}
-		if got := matchSegments(pat, segs); got != tc.want {
+		if got := matchSegments(pat, segs, false); got != tc.want {
 			t.Errorf("match(%q, %q) = %v, want %v", tc.pat, tc.path, got, tc.want)
 		}
 	}
@@ -617,5 +617,36 @@ policies:
 		if got := p.DecideRequest(h, 80, tc.method, tc.path); got != tc.want {
 			t.Errorf("%s %s: got %+v, want %+v", tc.method, tc.path, got, tc.want)
 		}
+	}
+}
+
+// A deny rule must not be sidestepped by spelling that servers ignore:
+// ;parameters (Tomcat, Jetty, Spring), case, trailing dots and spaces (IIS).
+func TestDenyPathsIgnoreSpellingServersIgnore(t *testing.T) {
+	p := defaultPolicy(t, `
+policies:
+  default:
+    allow:
+      - host: l7.test
+        paths: ["/public/**"]
+    deny:
+      - host: l7.test
+        paths: ["/public/admin/**", "/public/secret"]
+`)
+	h := mustHost(t, "l7.test")
+	for _, path := range []string{
+		"/public/secret", "/public/secret;", "/public/secret;a=b", "/public/admin;x/y", "/public/admin%3bx/y",
+		"/public/Secret", "/public/SECRET", "/public/secret%20", "/public/secret.", "/public/Admin/y",
+	} {
+		if got := p.DecideRequest(h, 80, "GET", path); got != deniedBy(denyRule(0)) && got != deniedBy(denyRule(1)) {
+			t.Errorf("GET %s: %+v, want denied", path, got)
+		}
+	}
+	// Allow rules stay exact, apart from ;parameters.
+	if got := p.DecideRequest(h, 80, "GET", "/Public/readme"); got.Allow {
+		t.Errorf("GET /Public/readme: %+v, want refused (allow rules are case-sensitive)", got)
+	}
+	if got := p.DecideRequest(h, 80, "GET", "/public;v=1/readme"); !got.Allow {
+		t.Errorf("GET /public;v=1/readme: %+v, want allowed", got)
 	}
 }

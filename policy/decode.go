@@ -107,6 +107,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	if isNull(n) {
+		if v.Kind() == reflect.Slice {
+			// "ports:" with nothing after it reads as "any" to some and
+			// "none" to others: make the author say which.
+			d.errorf(n, path, "empty value; give a list, or remove the key for the default")
+		}
 		return // key present with no value: keep the zero value
 	}
 	switch v.Kind() {

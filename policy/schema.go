@@ -351,6 +351,9 @@ func (p *PathPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
 		case strings.Contains(s, "*"):
 			d.errorf(n, path, "%q: * and ** must be whole segments (/a/*/b, /a/**)", n.Value)
 			return
+		case strings.ContainsAny(s, "?#"):
+			d.errorf(n, path, "%q: a path pattern matches the path only, never the query or fragment; remove the part from ? or #", n.Value)
+			return
 		case s == "." || s == ".." || strings.Contains(s, "%"):
 			d.errorf(n, path, "%q: write the path without dot-segments or percent-encoding", n.Value)
 			return
