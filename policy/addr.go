@@ -68,6 +68,11 @@ func (r *AddressRules) Check(a netip.Addr) error {
 	if a.Zone() != "" {
 		return &BlockedAddrError{Addr: a, Why: whyAddrZoned}
 	}
+	if u := a.Unmap(); u.IsUnspecified() {
+		// connect(2) to 0.0.0.0 or :: reaches this machine: no exception
+		// may make it dialable.
+		return &BlockedAddrError{Addr: a, Why: "unspecified address: connects to this machine"}
+	}
 	if r != nil && (len(r.Deny) > 0 || len(r.Allow) > 0) {
 		key, v4, allowV4 := a, netip.Addr{}, netip.Addr{}
 		if a.Is4In6() {
@@ -221,6 +226,7 @@ var specialIPv4 = [...]specialRange{
 	{specialPrefix("100.100.100.200/32"), whyMetadata + " (Alibaba Cloud)"},                   // Alibaba Cloud ECS metadata, inside 100.64.0.0/10
 	{specialPrefix("168.63.129.16/32"), whyMetadata + " (Azure WireServer)"},                  // Azure WireServer/host DNS; public space, so listed explicitly
 	{specialPrefix("192.0.0.192/32"), whyMetadata + " (Oracle Cloud)"},                        // Oracle Cloud legacy metadata, inside 192.0.0.0/24
+	{specialPrefix("169.254.0.23/32"), whyMetadata + " (Tencent Cloud)"},                      // Tencent Cloud CVM metadata (metadata.tencentyun.com)
 
 	{specialPrefix("0.0.0.0/32"), `"this host on this network" (RFC 1122); connects to the local host`}, // IANA: RFC 1122 §3.2.1.3
 	{specialPrefix("0.0.0.0/8"), `"this network" (RFC 791)`},                                            // IANA: RFC 791 §3.2
@@ -257,6 +263,7 @@ var specialIPv6 = [...]specialRange{
 	{specialPrefix("fd00:ec2::254/128"), whyMetadata + " (AWS IMDS over IPv6)"},        // AWS EC2 IMDS IPv6 endpoint
 	{specialPrefix("fd00:ec2::23/128"), whyMetadata + " (AWS EKS Pod Identity Agent)"}, // AWS EKS Pod Identity Agent IPv6 endpoint
 	{specialPrefix("fe80::a9fe:a9fe/128"), whyMetadata + " (OpenStack over IPv6)"},     // OpenStack Neutron metadata IPv6 endpoint
+	{specialPrefix("fd20:ce::254/128"), whyMetadata + " (GCP over IPv6)"},              // Google Compute Engine metadata server, IPv6
 
 	// Outside 2000::/3.
 	{specialPrefix("::/128"), "unspecified (RFC 4291)"},                // IANA: unspecified address, RFC 4291 §2.5.2
@@ -294,8 +301,11 @@ func CheckAllowCIDR(p netip.Prefix, deny []netip.Prefix) error {
 		forms := []netip.Addr{m}
 		if m.Is4() {
 			b := m.As4()
-			forms = append(forms, netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),
-				netip.AddrFrom16([16]byte{0: 0x00, 1: 0x64, 2: 0xff, 3: 0x9b, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}))
+			forms = append(forms,
+				netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}),                 // IPv4-mapped
+				netip.AddrFrom16([16]byte{0: 0x00, 1: 0x64, 2: 0xff, 3: 0x9b, 12: b[0], 13: b[1], 14: b[2], 15: b[3]}), // NAT64
+				netip.AddrFrom16([16]byte{0: 0x20, 1: 0x02, 2: b[0], 3: b[1], 4: b[2], 5: b[3], 15: 1}),                // 6to4
+				netip.AddrFrom16([16]byte{12: b[0], 13: b[1], 14: b[2], 15: b[3]}))                                     // IPv4-compatible
 		}
 		for _, f := range forms {
 			if rules.Check(f) == nil {

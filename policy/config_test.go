@@ -1105,11 +1105,15 @@ func TestCheckAllowCIDRGuardsCloudMetadata(t *testing.T) {
 		{"127.0.0.1/32", nil, true},
 		{"169.254.169.254/32", nil, true}, // exactly the address: deliberate
 		{"169.254.0.0/16", nil, false},
-		{"169.254.0.0/16", []string{"169.254.169.254/32", "169.254.170.0/24"}, true},
+		{"169.254.0.0/16", []string{"169.254.0.23/32", "169.254.169.254/32", "169.254.170.0/24"}, true},
+		{"169.254.0.0/24", nil, false},  // Tencent Cloud's 169.254.0.23
+		{"fd20::/16", nil, false},       // GCP's fd20:ce::254
+		{"2002::/16", nil, false},       // 6to4 forms of every IPv4 metadata address
+		{"::a9fe:a9fe/128", nil, false}, // IPv4-compatible 169.254.169.254
 		{"0.0.0.0/0", nil, false},
 		{"::/0", nil, false},
 		{"fc00::/7", nil, false}, // AWS IMDS over IPv6 is fd00:ec2::254
-		{"fc00::/7", []string{"fd00:ec2::/32"}, true},
+		{"fc00::/7", []string{"fd00:ec2::/32", "fd20:ce::/32"}, true},
 		{"64:ff9b::/96", nil, false},  // NAT64 form of every IPv4 address
 		{"100.64.0.0/10", nil, false}, // Alibaba Cloud's 100.100.100.200
 		{"168.63.129.0/24", nil, false},
@@ -1182,5 +1186,14 @@ func TestWarningsForShadowedRequestRules(t *testing.T) {
 	got := strings.Join(c.Warnings(), "\n")
 	if !strings.Contains(got, "airlock.yaml:4:9: policies.default.allow[0]: its methods and paths limit nothing: policies.default.allow[1] allows *.example.com") {
 		t.Errorf("warnings:\n%s", got)
+	}
+}
+
+func TestUnspecifiedAddressIsNeverAnException(t *testing.T) {
+	rules := &AddressRules{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("::/128")}}
+	for _, a := range []string{"0.0.0.0", "::", "::ffff:0.0.0.0"} {
+		if rules.Check(netip.MustParseAddr(a)) == nil {
+			t.Errorf("%s is dialable with an allow_cidrs exception; it connects to this machine", a)
+		}
 	}
 }
