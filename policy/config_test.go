@@ -1197,3 +1197,14 @@ func TestUnspecifiedAddressIsNeverAnException(t *testing.T) {
 		}
 	}
 }
+
+func TestWildcardsOverMultiTenantCloudDomainsAreErrors(t *testing.T) {
+	for _, w := range []string{`"*.amazonaws.com"`, `"*.us-east-1.amazonaws.com"`, `"*.windows.net"`, `"*.storage.googleapis.com"`, `"*.cloudfront.net"`} {
+		_, err := Parse(testFile, []byte(ruleWithHost(w)))
+		if err == nil || !strings.Contains(err.Error(), "list the hosts you need") {
+			t.Errorf("%s: %v", w, err)
+		}
+	}
+	// Exact names under them are fine: they are one tenant's.
+	mustParse(t, ruleWithHost("my-bucket.s3.amazonaws.com"))
+}

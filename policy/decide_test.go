@@ -507,17 +507,18 @@ func FuzzDecideRequest(f *testing.F) {
 // A wildcard never reaches across a public suffix: below amazonaws.com,
 // s3.amazonaws.com is a public suffix (anyone's bucket lives under it).
 func TestDecideWildcardNeverCrossesAPublicSuffix(t *testing.T) {
-	p := defaultPolicy(t, `
-policies:
-  default:
-    allow:
-      - host: "*.amazonaws.com"
-        ports: [443]
-      - host: "*.example.co.uk"
-        ports: [443]
-      - host: my-bucket.s3.amazonaws.com
-        ports: [443]
-`)
+	// Configuration refuses *.amazonaws.com outright (a multi-tenant cloud
+	// domain); Decide must hold even for a policy built without that check.
+	rule := func(s string) Rule {
+		h, w, err := ParseHostPattern(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Rule{Host: HostPattern{Host: h, Wildcard: w}, Ports: []Port{443}}
+	}
+	p := compilePolicy("default", &PolicySpec{Allow: []Rule{
+		rule("*.amazonaws.com"), rule("*.example.co.uk"), rule("my-bucket.s3.amazonaws.com"),
+	}}, DefaultPorts)
 	checkDecide(t, p, []decideCase{
 		{"ec2.amazonaws.com", 443, allowedBy(allowRule(0))},
 		{"attacker-bucket.s3.amazonaws.com", 443, denied(HostNotAllowed)},

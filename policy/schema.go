@@ -243,6 +243,11 @@ func (p *HostPattern) decodeNode(d *decoder, n *yaml.Node, path string) {
 			d.errorf(n, path, "%q is a public suffix wildcard: anyone can register names under %q; list the hosts you need", n.Value, h.Name())
 			return
 		}
+		if parent, ok := multiTenantParent(h.Name()); ok {
+			d.errorf(n, path, "%q: names below %s are handed to any cloud customer (buckets, storage accounts, endpoints), "+
+				"more than the Public Suffix List records; list the hosts you need", n.Value, parent)
+			return
+		}
 	}
 	*p = HostPattern{Host: h, Wildcard: wild}
 }
@@ -451,3 +456,28 @@ func checkListenAddr(s string) error {
 
 // String returns the port in decimal.
 func (p Port) String() string { return strconv.Itoa(int(p)) }
+
+// multiTenantDomains are cloud domains under which any customer can get a
+// name (a bucket, a storage account, a function, an edge endpoint), in
+// more places than the Public Suffix List records: a wildcard at or below
+// one would reach other tenants, so it is refused and the hosts must be
+// listed.
+var multiTenantDomains = []string{
+	"amazonaws.com", "amazonaws.com.cn", "cloudfront.net", "on.aws",
+	"windows.net", "azureedge.net", "azurefd.net", "azurewebsites.net", "cloudapp.net",
+	"googleapis.com", "googleusercontent.com", "appspot.com", "cloudfunctions.net", "run.app",
+	"akamaized.net", "akamaihd.net", "edgekey.net", "fastly.net", "fastlylb.net",
+	"cloudflarestorage.com", "r2.dev", "workers.dev", "pages.dev",
+	"digitaloceanspaces.com", "backblazeb2.com", "wasabisys.com", "herokuapp.com",
+	"vercel.app", "netlify.app", "fly.dev", "onrender.com", "ngrok.io", "ngrok-free.app",
+}
+
+// multiTenantParent returns the multi-tenant domain name is at or below.
+func multiTenantParent(name string) (string, bool) {
+	for _, d := range multiTenantDomains {
+		if name == d || strings.HasSuffix(name, "."+d) {
+			return d, true
+		}
+	}
+	return "", false
+}
