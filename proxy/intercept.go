@@ -151,6 +151,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), ts.sb.Name))
 	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
+	st.idle = ts.sb.IdleTimeout
 
 	r.URL.Host = authority(ts.host, ts.port)
 	r.Host = r.URL.Host
@@ -169,7 +170,9 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		}
 		return r, resp
 	}
-	r = r.WithContext(context.WithValue(r.Context(), configKey{}, ts.cfg))
+	rctx, cancel := context.WithCancel(r.Context())
+	st.cancel = cancel // called when the response is done (auditInner) or the upstream idles
+	r = r.WithContext(context.WithValue(rctx, configKey{}, ts.cfg))
 	ctx.Req = r
 	ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)
 	return r, nil
@@ -185,6 +188,9 @@ func (s *Server) auditInner(resp *http.Response, st *reqState) {
 		body = http.NoBody
 	}
 	resp.Body = &auditedBody{ReadCloser: body, onClose: func(n int64) {
+		if st.cancel != nil {
+			st.cancel()
+		}
 		if st.fromUpstream {
 			ev.BytesReceived = n
 		}
@@ -278,4 +284,39 @@ func (c *watchedConn) Close() error {
 		c.done(c.sent.Load(), c.received.Load())
 	})
 	return err
+}
+
+// idleBody cancels the upstream request when a read of the response body
+// waits longer than idle: an upstream that stops sending must not hold
+// the client's connection forever.
+type idleBody struct {
+	io.ReadCloser
+	idle   time.Duration
+	timer  *time.Timer
+	cancel context.CancelFunc
+}
+
+func newIdleBody(rc io.ReadCloser, idle time.Duration, cancel context.CancelFunc) io.ReadCloser {
+	if rc == nil || rc == http.NoBody || idle <= 0 {
+		return rc
+	}
+	return &idleBody{ReadCloser: rc, idle: idle, cancel: cancel}
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.timer == nil {
+		b.timer = time.AfterFunc(b.idle, b.cancel)
+	} else {
+		b.timer.Reset(b.idle)
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	return b.ReadCloser.Close()
 }

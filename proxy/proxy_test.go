@@ -387,3 +387,67 @@ func TestCheckClientHello(t *testing.T) {
 		}
 	}
 }
+
+// A plain-HTTP client that stops reading a large response must not pin
+// its connection and the upstream's: each write to it has idle to finish.
+func TestStalledHTTPClientIsCutOffWhenIdle(t *testing.T) {
+	gaveUp := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 1<<14; i++ { // up to 1 GiB
+			if _, err := w.Write(chunk); err != nil {
+				close(gaveUp)
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	addr, _ := startProxy(t, localYAML(port)+"limits: {idle_timeout: 300ms}\n")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprintf(c, "GET http://allowed.test:%d/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", port)
+	select {
+	case <-gaveUp:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream was still sending to a stalled client 20s later")
+	}
+}
+
+// Idle deadlines are about bytes not moving while a transfer runs; a slow
+// upstream (no bytes to move yet) must not trip them, on a fresh or a
+// keep-alive connection, after a request body or without one.
+func TestSlowUpstreamIsNotIdle(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(800 * time.Millisecond)
+		io.WriteString(w, "late but fine")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	addr, _ := startProxy(t, localYAML(port)+"limits: {idle_timeout: 300ms}\n")
+	pu, _ := url.Parse("http://" + addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	target := fmt.Sprintf("http://allowed.test:%d/", port)
+	for i, body := range []string{"", "a request body", ""} {
+		var resp *http.Response
+		var err error
+		if body == "" {
+			resp, err = c.Get(target)
+		} else {
+			resp, err = c.Post(target, "text/plain", strings.NewReader(body))
+		}
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "late but fine" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+}

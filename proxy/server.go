@@ -153,6 +153,9 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 		}
 		removeHopByHop(resp.Header)
 		st, _ := ctx.Req.Context().Value(stateKey{}).(*reqState)
+		if st != nil && st.fromUpstream && st.cancel != nil {
+			resp.Body = newIdleBody(resp.Body, st.idle, st.cancel)
+		}
 		if st != nil && st.inj != nil {
 			// The upstream must not hand the injected value to the sandbox.
 			st.inj.ScrubHeader(resp.Header)
@@ -225,9 +228,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
-	cw := &countingWriter{ResponseWriter: w}
-	st := &reqState{ev: ev}
+	cw := &countingWriter{ResponseWriter: w, idle: sb.IdleTimeout}
+	st := &reqState{ev: ev, idle: sb.IdleTimeout}
 	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
+	// Per-write deadlines (countingWriter) must not outlive this request:
+	// clear a stale one now, and give the server's final flush idle.
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Time{})
+	defer func() {
+		rc.SetWriteDeadline(time.Now().Add(sb.IdleTimeout))
+		rc.SetReadDeadline(time.Time{}) // the server sets its own for the next request
+	}()
 	defer func() {
 		ev.Status = cw.status
 		ev.BytesSent = sent.Load()
@@ -300,9 +311,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingReader{ReadCloser: r.Body, n: &sent}
+		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout}
 	}
-	ctx := context.WithValue(r.Context(), configKey{}, cfg)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	st.cancel = cancel
+	ctx = context.WithValue(ctx, configKey{}, cfg)
 	ctx = context.WithValue(ctx, stateKey{}, st)
 	s.gp.ServeHTTP(cw, r.WithContext(ctx))
 }
@@ -310,8 +324,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 // reqState is what the round tripper learns about a forwarded request.
 type reqState struct {
 	ev           *audit.Event
-	fromUpstream bool              // the response came from the upstream, not from Airlock
-	inj          *broker.Injection // what was injected, to scrub from the response
+	fromUpstream bool               // the response came from the upstream, not from Airlock
+	inj          *broker.Injection  // what was injected, to scrub from the response
+	idle         time.Duration      // the sandbox's idle timeout
+	cancel       context.CancelFunc // ends the upstream request (an idle upstream body)
 }
 
 type stateKey struct{}
@@ -395,9 +411,12 @@ func (s *Server) deny(w http.ResponseWriter, ev *audit.Event, reason string) {
 	writeDecision(w, http.StatusForbidden, reason, denyBody(ev.Host, ev.Port, reason, ev.Sandbox))
 }
 
-// countingWriter records the status and body bytes written to the client.
+// countingWriter records the status and body bytes written to the
+// client, and gives each write idle to finish: a client that stops
+// reading must not hold the connection and its upstream forever.
 type countingWriter struct {
 	http.ResponseWriter
+	idle   time.Duration
 	status int
 	n      int64
 }
@@ -412,6 +431,9 @@ func (c *countingWriter) WriteHeader(code int) {
 func (c *countingWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
+	}
+	if c.idle > 0 {
+		http.NewResponseController(c.ResponseWriter).SetWriteDeadline(time.Now().Add(c.idle))
 	}
 	n, err := c.ResponseWriter.Write(p)
 	c.n += int64(n)
@@ -439,14 +461,25 @@ func (c *countingWriter) Flush() {
 
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// countingReader counts request body bytes read.
+// countingReader counts request body bytes read, and gives each read idle
+// to finish: a client that stops sending its body is cut off.
 type countingReader struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n    *atomic.Int64
+	rc   *http.ResponseController
+	idle time.Duration
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.rc != nil && c.idle > 0 {
+		c.rc.SetReadDeadline(time.Now().Add(c.idle))
+	}
 	n, err := c.ReadCloser.Read(p)
+	if err != nil && c.rc != nil {
+		// Done with the body: net/http's background read (which watches
+		// for the client going away) must not trip over our deadline.
+		c.rc.SetReadDeadline(time.Time{})
+	}
 	c.n.Add(int64(n))
 	return n, err
 }
