@@ -369,6 +369,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{"ftp scheme", "GET ftp://allowed.test/file HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "400", "unsupported_scheme"},
 		{"userinfo", fmt.Sprintf("GET http://user:pw@allowed.test:%d/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n", up.Port()), "400", "invalid_request"},
 		{"CONNECT without port", "CONNECT allowed.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n", "400", "invalid_host"},
+		{"CONNECT with userinfo", fmt.Sprintf("CONNECT user:pw@allowed.test:%d HTTP/1.1\r\nHost: x\r\n\r\n", up.Port()), "400", ""},
 		{"bracketed name", fmt.Sprintf("CONNECT [allowed.test]:%d HTTP/1.1\r\nHost: x\r\n\r\n", up.Port()), "400", ""},
 		{"percent-encoded host", fmt.Sprintf("GET http://%%61llowed.test:%d/ HTTP/1.1\r\nHost: x\r\n\r\n", up.Port()), "400", ""},
 		// 127.0.0.1 is reachable here (allow_cidrs) but no rule names it.

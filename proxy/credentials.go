@@ -66,3 +66,24 @@ func (s *Server) applyCredentials(r *http.Request, st *reqState, sb *policy.Sand
 	return &refusal{http.StatusBadGateway, reasonCredentialUnavailable,
 		"Airlock could not obtain the credential for this request, so it was not sent. Retrying later may work; the operator can see why in Airlock's log.\n"}
 }
+
+// methodOverrides are headers some frameworks read as the real method.
+var methodOverrides = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
+
+// inspectedShape refuses what would let a request mean something other
+// than its method and path to the upstream, on hosts with method or path
+// rules: a method-override header (a POST that the server runs as
+// DELETE), or a body on GET or HEAD (which a server that ignores it reads
+// as the next request on the connection).
+func inspectedShape(r *http.Request) *refusal {
+	for _, h := range methodOverrides {
+		if r.Header.Get(h) != "" {
+			return &refusal{http.StatusForbidden, string(policy.MethodNotAllowed),
+				"Airlock refuses method-override headers (" + h + ") where method rules apply.\n"}
+		}
+	}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.ContentLength > 0 || len(r.TransferEncoding) > 0) {
+		return &refusal{http.StatusBadRequest, reasonInvalidRequest, "Airlock refuses GET and HEAD requests with a body where path rules apply.\n"}
+	}
+	return nil
+}

@@ -150,6 +150,9 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	if !d.Allow {
 		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), ts.sb.Name))
 	}
+	if ref := inspectedShape(r); ref != nil {
+		return refuse(ref.status, ref.reason, ref.body)
+	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
 	st.idle = ts.sb.IdleTimeout
 

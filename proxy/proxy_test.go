@@ -451,3 +451,44 @@ func TestSlowUpstreamIsNotIdle(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestShapeTricksAreRefusedUnderMethodRules(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	addr, _ := startProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {allowed.test: 127.0.0.1}
+policies:
+  default:
+    allow:
+      - host: allowed.test
+        ports: [%d]
+        methods: [GET, POST]
+`, up.Port()))
+	send := func(raw string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, raw)
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line
+	}
+	base := fmt.Sprintf("http://allowed.test:%d/", up.Port())
+	for _, raw := range []string{
+		"POST " + base + " HTTP/1.1\r\nHost: allowed.test\r\nX-HTTP-Method-Override: DELETE\r\nContent-Length: 0\r\n\r\n",
+		"GET " + base + " HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\n\r\nhello",
+	} {
+		if line := send(raw); strings.Contains(line, " 200 ") {
+			t.Errorf("%q: %s", strings.SplitN(raw, "\r\n", 3)[2], line)
+		}
+	}
+	if line := send("GET " + base + " HTTP/1.1\r\nHost: allowed.test\r\n\r\n"); !strings.Contains(line, " 200 ") {
+		t.Errorf("a plain GET: %s", line)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Errorf("upstream saw %d requests, want only the plain GET", n)
+	}
+}

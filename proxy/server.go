@@ -289,6 +289,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		s.deny(cw, ev, string(d.Reason))
 		return
 	}
+	if cfg.Decide(sb, h, port).Inspect {
+		if ref := inspectedShape(r); ref != nil {
+			ev.Decision, ev.Reason = "deny", ref.reason
+			writeDecision(cw, ref.status, ref.reason, ref.body)
+			return
+		}
+	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
 
 	// One canonical authority: the upstream sees exactly the host and port

@@ -34,6 +34,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		}
 	}()
 	h, port, err := policy.ParseAuthority(r.Host, 0)
+	if err == nil && r.URL.User != nil {
+		err = errors.New("credentials in the CONNECT target (user:password@) are not accepted")
+	}
 	if err != nil {
 		ev.Status = http.StatusBadRequest
 		s.refuse(w, ev, ev.Status, reasonInvalidHost, "", err.Error()+"; CONNECT needs host:port.")
