@@ -96,6 +96,26 @@ func isLocalAddr(a netip.Addr) bool {
 	return false
 }
 
+// Lookup returns the addresses the proxy would dial for h under cfg, and
+// where they came from ("IP literal", "network.hosts" or "DNS"), without
+// checking them: `airlock policy test` prints each with its
+// classification. It resolves exactly as the proxy does (fully qualified
+// name, network.resolvers or the system resolver).
+func Lookup(ctx context.Context, cfg *policy.Config, h policy.Host) ([]netip.Addr, string, error) {
+	if h.IsIP() {
+		return []netip.Addr{h.Addr()}, "IP literal", nil
+	}
+	if static, ok := cfg.StaticHost(h); ok {
+		return static, "network.hosts", nil
+	}
+	var resolvers []netip.AddrPort
+	for _, r := range cfg.Network.Resolvers {
+		resolvers = append(resolvers, r.AddrPort)
+	}
+	addrs, err := newDialer(resolvers, DialTimeout).resolver.LookupNetIP(ctx, "ip", h.Name()+".")
+	return addrs, "DNS", err
+}
+
 // resolve returns the addresses for h: the address itself for an IP host,
 // network.hosts entries, else a DNS lookup. Every address is checked; if
 // any is blocked, resolve fails with that *policy.BlockedAddrError (a name

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/policy"
+	"github.com/airlockhq/airlock/proxy"
 )
 
 func newPolicyCmd() *cobra.Command {
@@ -116,10 +116,11 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 		default:
 			return false, fmt.Errorf("scheme %q: Airlock forwards http and https only", u.Scheme)
 		}
-		h, port, err = policy.ParseAuthority(u.Host, def)
-		if u.Scheme == "http" {
-			method, path = "GET", u.EscapedPath()
+		if u.User != nil {
+			return false, fmt.Errorf("%q: credentials in the URL are refused by the proxy (invalid_request)", target)
 		}
+		h, port, err = policy.ParseAuthority(u.Host, def)
+		method, path = "GET", u.EscapedPath()
 	} else {
 		h, port, err = policy.ParseAuthority(target, 0)
 	}
@@ -127,14 +128,10 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 		return false, err
 	}
 
-	var d policy.Decision
+	hostLevel := cfg.Decide(sb, h, port)
+	d := hostLevel
 	if method != "" {
 		d = cfg.DecideRequest(sb, h, port, method, path)
-	} else {
-		d = cfg.Decide(sb, h, port)
-		if d.Allow && d.Inspect {
-			d = policy.Decision{Reason: policy.InterceptionRequired, Rule: d.Rule}
-		}
 	}
 	fmt.Fprintf(w, "sandbox:  %s\n", sb.Name)
 	fmt.Fprintf(w, "host:     %s\nport:     %d\n", h, port)
@@ -146,6 +143,13 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 	if d.Rule != "" {
 		fmt.Fprintf(w, "rule:     %s\n", d.Rule)
 	}
+	if hostLevel.Allow && hostLevel.Inspect {
+		note := "HTTPS to this host is intercepted: each request is decided by its method and path"
+		if method == "" {
+			note += "; give a URL to test one"
+		}
+		fmt.Fprintf(w, "note:     %s\n", note)
+	}
 	if !d.Allow {
 		if d.Reason == policy.AddressBlocked && h.IsIP() {
 			printAddrs(w, cfg, "IP literal", []netip.Addr{h.Addr()})
@@ -154,28 +158,12 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 	}
 
 	// The host is allowed: show what the proxy's dialer would see.
-	var addrs []netip.Addr
-	source := "DNS"
-	if static, ok := cfg.StaticHost(h); ok {
-		addrs, source = static, "network.hosts"
-	} else if h.IsIP() {
-		addrs, source = []netip.Addr{h.Addr()}, "IP literal"
-	} else {
-		r := net.DefaultResolver
-		if len(cfg.Network.Resolvers) > 0 {
-			ap := cfg.Network.Resolvers[0].AddrPort
-			r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, ap.String())
-			}}
-		}
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		addrs, err = r.LookupNetIP(lctx, "ip", h.Name())
-		if err != nil {
-			fmt.Fprintf(w, "addresses: lookup failed: %v\n", err)
-			return false, nil
-		}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, source, err := proxy.Lookup(lctx, cfg, h)
+	if err != nil {
+		fmt.Fprintf(w, "addresses: lookup failed: %v\n", err)
+		return false, nil
 	}
 	reachable := printAddrs(w, cfg, source, addrs)
 	if reachable {
