@@ -92,3 +92,53 @@ policies:
 		t.Errorf("no audit line for the refused push:\n%s", strings.Join(p.AuditLines(), "\n"))
 	}
 }
+
+// The git server requires a token; the sandbox has none. Airlock injects
+// it on the way, and the clone works.
+func TestGitCloneThroughAirlockWithInjectedToken(t *testing.T) {
+	git := testutil.NeedTool(t, "git")
+	upCA := testutil.NewCA(t)
+	srv := testutil.NewGitServer(t, upCA, "git.test")
+	srv.RequireAuth = "Bearer " + realToken
+	dir := t.TempDir()
+	t.Setenv("AIRLOCK_E2E_TOKEN", realToken)
+	p := testutil.StartProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {git.test: 127.0.0.1}
+tls:
+  upstream_ca: %s
+policies:
+  default:
+    allow:
+      - host: git.test
+        ports: [%[2]d]
+        methods: [GET, POST]
+        paths: ["/acme/*/info/refs", "/acme/*/git-upload-pack"]
+        credential: git
+credentials:
+  git:
+    source: {env: AIRLOCK_E2E_TOKEN}
+    hosts: [git.test]
+    placeholder: %s
+`, upCA.WritePEM(t, dir), srv.Port(), placeholder))
+	caPEM, _ := execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", p.StateDir)
+	caFile := filepath.Join(dir, "airlock-ca.pem")
+	os.WriteFile(caFile, []byte(caPEM), 0o644)
+
+	cmd := exec.Command(git, "clone", fmt.Sprintf("https://git.test:%d/acme/repo.git", srv.Port()), filepath.Join(dir, "clone"))
+	cmd.Env = append(os.Environ(), "HTTPS_PROXY="+p.URL(), "https_proxy="+p.URL(), "NO_PROXY=", "no_proxy=",
+		"GIT_SSL_CAINFO="+caFile, "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir, "GIT_TERMINAL_PROMPT=0", "AIRLOCK_E2E_TOKEN=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git clone with an injected token: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "clone", "README")); string(b) != "hello from the repository\n" {
+		t.Fatalf("README: %q", b)
+	}
+	for _, r := range srv.Requests() {
+		if r.Header.Get("Authorization") != "Bearer "+realToken {
+			t.Errorf("%s %s reached the server without the token", r.Method, r.Path)
+		}
+	}
+	noSecretsInLogs(t, p)
+}

