@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -420,7 +421,7 @@ func (c *Config) validateCredentials(d *decoder) {
 		}
 		src := cr.Source
 		n := 0
-		for _, set := range []bool{src.Env != "", src.File != "", len(src.Command) > 0} {
+		for _, set := range []bool{src.Env != "", src.File != "", len(src.Command) > 0, src.JWT != nil, src.OAuth2 != nil, src.GitHubApp != nil} {
 			if set {
 				n++
 			}
@@ -430,8 +431,9 @@ func (c *Config) validateCredentials(d *decoder) {
 			if at.Line == 0 {
 				at = cr.Pos // no source key at all
 			}
-			d.errorfAt(at, path+".source", "give exactly one of env, file or command")
+			d.errorfAt(at, path+".source", "give exactly one of env, file, command, jwt, oauth2 or github_app")
 		}
+		c.validateMinters(d, path+".source", &cr.Source)
 		if len(src.Command) == 0 && (src.TTL != 0 || src.Timeout != 0) {
 			d.errorfAt(src.Pos, path+".source", "ttl and timeout apply to command sources only")
 		}
@@ -509,4 +511,81 @@ func portsOverlap(a, b []Port) bool {
 		}
 	}
 	return false
+}
+
+// Defaults for minters.
+const (
+	DefaultJWTTTL       = 5 * time.Minute
+	MaxJWTTTL           = time.Hour
+	DefaultGitHubAPIURL = "https://api.github.com"
+)
+
+// validateMinters checks a jwt, oauth2 or github_app source and applies
+// its defaults; key and secret file paths are made relative to the file.
+func (c *Config) validateMinters(d *decoder, path string, src *SourceSpec) {
+	value := func(v *ValueSpec, vpath string, what string) {
+		if (v.Env == "") == (v.File == "") {
+			at := v.Pos
+			if at.Line == 0 {
+				at = src.Pos
+			}
+			d.errorfAt(at, vpath, "give the %s as exactly one of env or file", what)
+		}
+		if v.File != "" && c.file != "" && !strings.HasPrefix(c.file, "<") && !filepath.IsAbs(v.File) {
+			v.File = filepath.Join(filepath.Dir(c.file), v.File)
+		}
+	}
+	if j := src.JWT; j != nil {
+		switch j.Algorithm {
+		case "":
+			j.Algorithm = "ES256"
+		case "ES256", "RS256", "EdDSA", "HS256":
+		default:
+			d.errorfAt(j.Pos, path+".jwt.algorithm", "%q: expected ES256, RS256, EdDSA or HS256", j.Algorithm)
+		}
+		value(&j.Key, path+".jwt.key", "signing key")
+		if j.Issuer == "" {
+			j.Issuer = "airlock"
+		}
+		if j.TTL == 0 {
+			j.TTL = DefaultJWTTTL
+		}
+		if j.TTL < time.Minute || j.TTL > MaxJWTTTL {
+			d.errorfAt(j.Pos, path+".jwt.ttl", "a token lives from 1m to %s; short-lived is the point", MaxJWTTTL)
+		}
+	}
+	if o := src.OAuth2; o != nil {
+		if u, err := url.Parse(o.TokenURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			d.errorfAt(o.Pos, path+".oauth2.token_url", "expected an https:// URL of the token endpoint")
+		}
+		if o.ClientID == "" {
+			d.errorfAt(o.Pos, path+".oauth2.client_id", "the client ID is required")
+		}
+		value(&o.ClientSecret, path+".oauth2.client_secret", "client secret")
+	}
+	if g := src.GitHubApp; g != nil {
+		if g.AppID == "" {
+			d.errorfAt(g.Pos, path+".github_app.app_id", "the app ID (or client ID) is required")
+		}
+		if g.InstallationID <= 0 {
+			d.errorfAt(g.Pos, path+".github_app.installation_id", "the installation ID is required")
+		}
+		value(&g.PrivateKey, path+".github_app.private_key", "app private key")
+		if g.APIURL == "" {
+			g.APIURL = DefaultGitHubAPIURL
+		}
+		if u, err := url.Parse(g.APIURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			d.errorfAt(g.Pos, path+".github_app.api_url", "expected an https:// URL such as https://api.github.com")
+		}
+		for i, r := range g.Repositories {
+			if r == "" || strings.ContainsAny(r, "/ ") {
+				d.errorfAt(g.Pos, fmt.Sprintf("%s.github_app.repositories[%d]", path, i), "%q: give repository names without the owner (the installation's account)", r)
+			}
+		}
+		for _, k := range sortedKeys(g.Permissions) {
+			if v := g.Permissions[k]; v != "read" && v != "write" && v != "admin" {
+				d.errorfAt(g.Pos, path+".github_app.permissions."+k, "%q: expected read, write or admin", v)
+			}
+		}
+	}
 }

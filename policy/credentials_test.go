@@ -43,9 +43,19 @@ func TestCredentialDefaultsAndDecision(t *testing.T) {
 
 func TestCredentialErrors(t *testing.T) {
 	checkParseErrors(t, []parseErrorCase{
-		{"no source", credConfig(), []wantErr{{8, 5, "credentials.github.source", "exactly one of env, file or command"}}},
-		{"two sources", credConfig("    source: {env: T, file: t.txt}"), []wantErr{{9, 13, "credentials.github.source", "exactly one of env, file or command"}}},
-		{"a minter of a later version", credConfig("    source: {jwt: {}}"), []wantErr{{9, 14, "credentials.github.source.jwt", "not available in this version"}}},
+		{"no source", credConfig(), []wantErr{{8, 5, "credentials.github.source", "exactly one of env, file, command, jwt, oauth2 or github_app"}}},
+		{"two sources", credConfig("    source: {env: T, file: t.txt}"), []wantErr{{9, 13, "credentials.github.source", "exactly one of env, file, command, jwt, oauth2 or github_app"}}},
+		{"a jwt minter without a key", credConfig("    source: {jwt: {}}"), []wantErr{{9, 13, "credentials.github.source.jwt.key", "signing key as exactly one of env or file"}}},
+		{"a jwt minter with a bad algorithm and ttl", credConfig("    source: {jwt: {algorithm: none, key: {env: K}, ttl: 24h}}"), []wantErr{
+			{9, 19, "credentials.github.source.jwt.algorithm", "expected ES256, RS256, EdDSA or HS256"},
+			{9, 19, "credentials.github.source.jwt.ttl", "from 1m to 1h"}}},
+		{"an oauth2 minter over plain http", credConfig("    source: {oauth2: {token_url: \"http://auth.test/token\", client_id: a, client_secret: {env: S}}}"), []wantErr{
+			{9, 22, "credentials.github.source.oauth2.token_url", "https://"}}},
+		{"a github_app minter with an owner in a repository and a bad permission", credConfig(
+			"    source:",
+			"      github_app: {app_id: \"1\", installation_id: 2, private_key: {file: k.pem}, repositories: [acme/repo], permissions: {contents: all}}"), []wantErr{
+			{10, 19, "credentials.github.source.github_app.repositories[0]", "without the owner"},
+			{10, 19, "credentials.github.source.github_app.permissions.contents", "expected read, write or admin"}}},
 		{"ttl on an env source", credConfig("    source: {env: T, ttl: 1m}"), []wantErr{{9, 13, "credentials.github.source", "command sources only"}}},
 		{"reserved header", credConfig("    source: {env: T}", "    inject: {header: Host}"), []wantErr{{10, 13, "credentials.github.inject.header", "managed by HTTP"}}},
 		{"format without token", credConfig("    source: {env: T}", "    inject: {format: Bearer}"), []wantErr{{10, 13, "credentials.github.inject.format", "{token} exactly once"}}},

@@ -65,14 +65,6 @@ var laterKeys = map[string]string{
 	"dns":  "the DNS filter",
 }
 
-// laterMinters are credential source kinds (DESIGN.md) that later
-// versions implement.
-var laterMinters = map[string]string{
-	"jwt":        "the jwt token minter",
-	"oauth2":     "the oauth2 client-credentials minter",
-	"github_app": "the github_app installation-token minter",
-}
-
 // nodeDecoder is implemented by config types that parse and validate their
 // own YAML node (host patterns, CIDRs, ports, durations...).
 type nodeDecoder interface {
@@ -221,11 +213,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		fi, ok := fields[k.Value]
 		if !ok {
-			what, later := laterKeys[kp]
-			if m, ok := laterMinters[k.Value]; ok && strings.HasPrefix(path, "credentials.") && strings.HasSuffix(path, ".source") {
-				what, later = m, true
-			}
-			if later {
+			if what, later := laterKeys[kp]; later {
 				d.errorf(k, kp, "%s is not available in this version of Airlock; remove the key", what)
 				continue
 			}

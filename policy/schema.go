@@ -137,7 +137,8 @@ type CredentialSpec struct {
 }
 
 // SourceSpec says where a credential's value comes from: exactly one of
-// Env, File or Command.
+// Env, File or Command (a fixed value), or JWT, OAuth2 or GitHubApp (a
+// minter of short-lived tokens).
 type SourceSpec struct {
 	Env     string   `yaml:"env"`     // an environment variable of the Airlock process
 	File    string   `yaml:"file"`    // a file, re-read when it changes (trailing newline dropped)
@@ -146,7 +147,55 @@ type SourceSpec struct {
 	TTL time.Duration `yaml:"ttl"`
 	// Timeout bounds one run of the command; default 10s.
 	Timeout time.Duration `yaml:"timeout"`
-	Pos     position
+
+	JWT       *JWTSpec       `yaml:"jwt"`
+	OAuth2    *OAuth2Spec    `yaml:"oauth2"`
+	GitHubApp *GitHubAppSpec `yaml:"github_app"`
+	Pos       position
+}
+
+// ValueSpec is where a key or client secret comes from: one of Env or
+// File (PEM files for private keys).
+type ValueSpec struct {
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
+	Pos  position
+}
+
+// JWTSpec mints a JSON Web Token (RFC 7519) per sandbox and host: iss =
+// Issuer, sub = the sandbox, aud = the host the request goes to, scope,
+// iat, exp = now + TTL and a random jti.
+type JWTSpec struct {
+	Algorithm string        `yaml:"algorithm"` // ES256 (default), RS256, EdDSA or HS256 (RFC 7518 §3.1, RFC 8037)
+	Key       ValueSpec     `yaml:"key"`       // PEM private key; for HS256 the shared secret
+	Issuer    string        `yaml:"issuer"`    // default "airlock"
+	Scope     string        `yaml:"scope"`     // optional "scope" claim (RFC 8693 §4.2)
+	TTL       time.Duration `yaml:"ttl"`       // default 5m; at most 1h
+	Pos       position
+}
+
+// OAuth2Spec fetches access tokens with the client-credentials grant
+// (RFC 6749 §4.4) from TokenURL, through Airlock's own guarded dialer.
+type OAuth2Spec struct {
+	TokenURL     string    `yaml:"token_url"` // https:// (required)
+	ClientID     string    `yaml:"client_id"`
+	ClientSecret ValueSpec `yaml:"client_secret"`
+	Scopes       []string  `yaml:"scopes"`
+	Pos          position
+}
+
+// GitHubAppSpec mints GitHub App installation tokens: an app JWT (RS256,
+// iss = AppID), then POST {APIURL}/app/installations/{InstallationID}/access_tokens
+// narrowed to Repositories and Permissions (GitHub REST API, "Create an
+// installation access token for an app").
+type GitHubAppSpec struct {
+	AppID          string            `yaml:"app_id"`          // the app's ID or client ID (the JWT issuer)
+	InstallationID int64             `yaml:"installation_id"` // required
+	PrivateKey     ValueSpec         `yaml:"private_key"`     // the app's RSA private key (PEM)
+	APIURL         string            `yaml:"api_url"`         // default https://api.github.com (GitHub Enterprise: https://HOST/api/v3)
+	Repositories   []string          `yaml:"repositories"`    // repository names (without the owner); empty = all the installation has
+	Permissions    map[string]string `yaml:"permissions"`     // e.g. {contents: read}; empty = all the installation has
+	Pos            position
 }
 
 // InjectSpec is where a credential goes in a request: header Header,
