@@ -58,13 +58,16 @@ type credential struct {
 // New builds a Broker for cfg's credentials. placeholderKey (at least 16
 // bytes) derives the placeholders of credentials that configure none; it
 // must be stable across restarts, or sandboxes lose their placeholders.
-func New(cfg *policy.Config, placeholderKey []byte) (*Broker, error) {
+// client carries token-endpoint requests of the oauth2 and github_app
+// minters; it must dial through Airlock's address checks (see
+// proxy.GuardedClient), and may be nil when no credential mints.
+func New(cfg *policy.Config, placeholderKey []byte, client *http.Client) (*Broker, error) {
 	if len(placeholderKey) < 16 {
 		return nil, errors.New("broker: placeholder key shorter than 16 bytes")
 	}
 	b := &Broker{creds: make(map[string]*credential), key: placeholderKey}
 	for name, spec := range cfg.Credentials {
-		src, err := newSource(name, spec.Source)
+		src, err := newSource(name, spec.Source, client)
 		if err != nil {
 			return nil, err
 		}
@@ -131,11 +134,11 @@ type Injection struct {
 }
 
 // Inject writes credential name into r's configured slot, replacing every
-// value the client sent in it (duplicates included). host is the request's
-// canonical host (already decided); tls says whether the request travels
-// inside TLS. It fails, leaving r's slot empty, with ErrUnknown,
+// value the client sent in it (duplicates included). sandbox is who sends
+// r; host is its canonical host (already decided); tls says whether it
+// travels inside TLS. It fails, leaving r's slot empty, with ErrUnknown,
 // ErrNotBound, ErrPlaintext or a Source error wrapping ErrUnavailable.
-func (b *Broker) Inject(ctx context.Context, r *http.Request, name string, host policy.Host, tls bool) (*Injection, error) {
+func (b *Broker) Inject(ctx context.Context, r *http.Request, sandbox, name string, host policy.Host, tls bool) (*Injection, error) {
 	c, ok := b.creds[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknown, name)
@@ -147,7 +150,7 @@ func (b *Broker) Inject(ctx context.Context, r *http.Request, name string, host 
 	if !tls && !c.allowPlaintext {
 		return nil, fmt.Errorf("credential %s: %w", name, ErrPlaintext)
 	}
-	v, err := c.src.Get(ctx)
+	v, err := c.src.Get(ctx, Request{Sandbox: sandbox, Host: host.String()})
 	if err != nil {
 		return nil, err
 	}

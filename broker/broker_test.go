@@ -62,7 +62,7 @@ func newBroker(t *testing.T, source string, extra ...string) *Broker {
 		"    source: " + source,
 		"    hosts: [api.github.com, \"*.example.com\"]",
 	}, extra...), "\n")+"\n")
-	b, err := New(cfg, []byte("0123456789abcdef0123456789abcdef"))
+	b, err := New(cfg, []byte("0123456789abcdef0123456789abcdef"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestInjectReplacesTheSlotForBoundHostsOnly(t *testing.T) {
 	r, _ := http.NewRequest("GET", "https://api.github.com/user", nil)
 	r.Header.Add("Authorization", "Bearer placeholder-one")
 	r.Header.Add("authorization", "Basic c29tZXRoaW5n") // a duplicate, another case
-	inj, err := b.Inject(context.Background(), r, "github", host(t, "api.github.com"), true)
+	inj, err := b.Inject(context.Background(), r, "default", "github", host(t, "api.github.com"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,19 +96,19 @@ func TestInjectReplacesTheSlotForBoundHostsOnly(t *testing.T) {
 
 	r2, _ := http.NewRequest("GET", "https://evil.test/", nil)
 	r2.Header.Set("Authorization", "Bearer x")
-	if _, err := b.Inject(context.Background(), r2, "github", host(t, "evil.test"), true); !errors.Is(err, ErrNotBound) {
+	if _, err := b.Inject(context.Background(), r2, "default", "github", host(t, "evil.test"), true); !errors.Is(err, ErrNotBound) {
 		t.Errorf("unbound host: %v", err)
 	}
 	if r2.Header.Get("Authorization") != "" {
 		t.Error("the slot of a refused request was left with the client's value")
 	}
-	if _, err := b.Inject(context.Background(), r, "github", host(t, "api.github.com"), false); !errors.Is(err, ErrPlaintext) {
+	if _, err := b.Inject(context.Background(), r, "default", "github", host(t, "api.github.com"), false); !errors.Is(err, ErrPlaintext) {
 		t.Errorf("plaintext: %v", err)
 	}
-	if _, err := b.Inject(context.Background(), r, "nope", host(t, "api.github.com"), true); !errors.Is(err, ErrUnknown) {
+	if _, err := b.Inject(context.Background(), r, "default", "nope", host(t, "api.github.com"), true); !errors.Is(err, ErrUnknown) {
 		t.Errorf("unknown: %v", err)
 	}
-	if _, err := b.Inject(context.Background(), r, "github", host(t, "objects.example.com"), true); err != nil {
+	if _, err := b.Inject(context.Background(), r, "default", "github", host(t, "objects.example.com"), true); err != nil {
 		t.Errorf("wildcard binding: %v", err)
 	}
 }
@@ -117,7 +117,7 @@ func TestInjectFormatAndPlaintextOptIn(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_TOKEN", realToken)
 	b := newBroker(t, "{env: AIRLOCK_TEST_TOKEN}", "    inject: {header: X-Api-Key, format: \"key={token};v=1\"}", "    allow_plaintext: true")
 	r, _ := http.NewRequest("GET", "http://api.github.com/", nil)
-	if _, err := b.Inject(context.Background(), r, "github", host(t, "api.github.com"), false); err != nil {
+	if _, err := b.Inject(context.Background(), r, "default", "github", host(t, "api.github.com"), false); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Header.Get("X-Api-Key"); got != "key="+realToken+";v=1" {
@@ -128,7 +128,7 @@ func TestInjectFormatAndPlaintextOptIn(t *testing.T) {
 func TestSources(t *testing.T) {
 	ctx := context.Background()
 	t.Run("env unset", func(t *testing.T) {
-		_, err := envSource{name: "c", env: "AIRLOCK_TEST_UNSET_VAR"}.Get(ctx)
+		_, err := envSource{name: "c", env: "AIRLOCK_TEST_UNSET_VAR"}.Get(ctx, Request{})
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatal(err)
 		}
@@ -137,15 +137,15 @@ func TestSources(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "token")
 		os.WriteFile(path, []byte("first-value\n"), 0o600)
 		s := &fileSource{name: "c", path: path}
-		if v, err := s.Get(ctx); err != nil || v.Reveal() != "first-value" {
+		if v, err := s.Get(ctx, Request{}); err != nil || v.Reveal() != "first-value" {
 			t.Fatalf("%v %v", v.Reveal(), err)
 		}
 		os.WriteFile(path, []byte("second-value-longer\n"), 0o600)
-		if v, _ := s.Get(ctx); v.Reveal() != "second-value-longer" {
+		if v, _ := s.Get(ctx, Request{}); v.Reveal() != "second-value-longer" {
 			t.Fatalf("after rewrite: %q", v.Reveal())
 		}
 		os.Remove(path)
-		if _, err := s.Get(ctx); !errors.Is(err, ErrUnavailable) {
+		if _, err := s.Get(ctx, Request{}); !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("missing file: %v", err)
 		}
 	})
@@ -160,7 +160,7 @@ func TestSources(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				v, err := s.Get(ctx)
+				v, err := s.Get(ctx, Request{})
 				if err != nil {
 					t.Error(err)
 				}
@@ -174,14 +174,14 @@ func TestSources(t *testing.T) {
 			}
 		}
 		now = now.Add(2 * time.Minute)
-		if v, _ := s.Get(ctx); v.Reveal() != "token-2" {
+		if v, _ := s.Get(ctx, Request{}); v.Reveal() != "token-2" {
 			t.Fatalf("after the TTL: %q", v.Reveal())
 		}
 	})
 	t.Run("command failure and timeout", func(t *testing.T) {
 		for _, argv := range [][]string{{"false"}, {"sh", "-c", "sleep 5"}, {"sh", "-c", "printf 'a\\nb\\n'"}, {"true"}} {
 			s := &commandSource{name: "c", argv: argv, ttl: time.Minute, timeout: 300 * time.Millisecond, now: time.Now}
-			if _, err := s.Get(ctx); !errors.Is(err, ErrUnavailable) {
+			if _, err := s.Get(ctx, Request{}); !errors.Is(err, ErrUnavailable) {
 				t.Errorf("%v: %v", argv, err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,13 +24,30 @@ var ErrUnavailable = errors.New("credential unavailable")
 
 // Source produces a credential's current value.
 type Source interface {
-	// Get returns the value, or an error wrapping ErrUnavailable that
-	// says why (never containing the value).
-	Get(ctx context.Context) (Secret, error)
+	// Get returns the value for a request from sandbox to host, or an
+	// error wrapping ErrUnavailable that says why (never containing the
+	// value). Fixed sources ignore req; minters use it (a JWT's sub and
+	// aud) and cache per request kind.
+	Get(ctx context.Context, req Request) (Secret, error)
 }
 
-// newSource builds the Source a configuration names.
-func newSource(name string, spec policy.SourceSpec) (Source, error) {
+// Request is who a credential is for.
+type Request struct {
+	Sandbox string
+	Host    string // canonical host of the request it is injected into
+}
+
+// newSource builds the Source a configuration names. client carries the
+// minters' own requests (token endpoints), through Airlock's guarded
+// dialer.
+func newSource(name string, spec policy.SourceSpec, client *http.Client) (Source, error) {
+	if spec.JWT != nil || spec.OAuth2 != nil || spec.GitHubApp != nil {
+		m, err := newMinter(name, spec, client)
+		if err != nil {
+			return nil, err
+		}
+		return newCachedMinter(name, m), nil
+	}
 	switch {
 	case spec.Env != "":
 		return envSource{name: name, env: spec.Env}, nil
@@ -45,7 +63,7 @@ func newSource(name string, spec policy.SourceSpec) (Source, error) {
 // Get, so a changed environment (in tests, or a re-exec) is seen.
 type envSource struct{ name, env string }
 
-func (s envSource) Get(context.Context) (Secret, error) {
+func (s envSource) Get(context.Context, Request) (Secret, error) {
 	v := strings.TrimSpace(os.Getenv(s.env))
 	if v == "" {
 		return Secret{}, fmt.Errorf("%w: credential %s: environment variable %s is empty or unset", ErrUnavailable, s.name, s.env)
@@ -65,7 +83,7 @@ type fileSource struct {
 	value   Secret
 }
 
-func (s *fileSource) Get(context.Context) (Secret, error) {
+func (s *fileSource) Get(context.Context, Request) (Secret, error) {
 	st, err := os.Stat(s.path)
 	if err != nil {
 		return Secret{}, fmt.Errorf("%w: credential %s: %v", ErrUnavailable, s.name, err)
@@ -102,7 +120,7 @@ type commandSource struct {
 	expires time.Time
 }
 
-func (s *commandSource) Get(ctx context.Context) (Secret, error) {
+func (s *commandSource) Get(ctx context.Context, _ Request) (Secret, error) {
 	s.mu.Lock()
 	if !s.value.IsZero() && s.now().Before(s.expires) {
 		v := s.value

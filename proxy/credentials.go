@@ -52,7 +52,7 @@ func (s *Server) applyCredentials(r *http.Request, st *reqState, sb *policy.Sand
 		return nil
 	}
 	ev.Credential = d.Credential
-	inj, err := s.broker.Inject(r.Context(), r, d.Credential, h, overTLS)
+	inj, err := s.broker.Inject(r.Context(), r, sb.Name, d.Credential, h, overTLS)
 	switch {
 	case err == nil:
 		st.inj = inj

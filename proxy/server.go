@@ -92,33 +92,11 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 	s.cfg.Store(cfg)
 	s.tunnelCtx, s.closeTunnels = context.WithCancel(context.Background())
 
-	roots, err := x509.SystemCertPool()
+	tr, err := newTransport(cfg, s.dialer)
 	if err != nil {
-		roots = x509.NewCertPool()
+		return nil, err
 	}
-	if cfg.TLS.UpstreamCA != "" {
-		pemData, err := os.ReadFile(cfg.TLS.UpstreamCA)
-		if err != nil {
-			return nil, fmt.Errorf("tls.upstream_ca: %w", err)
-		}
-		if !roots.AppendCertsFromPEM(pemData) {
-			return nil, fmt.Errorf("tls.upstream_ca: %s holds no PEM certificate", cfg.TLS.UpstreamCA)
-		}
-	}
-	s.tr = &http.Transport{
-		Proxy:                 nil, // never proxy-from-environment: we are the egress
-		DialContext:           s.dialer.dialContext,
-		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: 2 * time.Minute,
-		ExpectContinueTimeout: time.Second,
-		IdleConnTimeout:       90 * time.Second,
-		// Size the upstream pool for the concurrency served: Go's default
-		// of 2 idle connections per host makes a busy proxy redial.
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 256,
-		DisableCompression:  true, // pass the client's Accept-Encoding through untouched
-	}
+	s.tr = tr
 
 	gp := goproxy.NewProxyHttpServer()
 	gp.Tr = s.tr
@@ -168,6 +146,71 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 	})
 	s.gp = gp
 	return s, nil
+}
+
+// newTransport is the upstream transport: it dials through d and verifies
+// TLS against the system roots plus tls.upstream_ca.
+func newTransport(cfg *policy.Config, d *dialer) (*http.Transport, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if cfg.TLS.UpstreamCA != "" {
+		pemData, err := os.ReadFile(cfg.TLS.UpstreamCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls.upstream_ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("tls.upstream_ca: %s holds no PEM certificate", cfg.TLS.UpstreamCA)
+		}
+	}
+	return &http.Transport{
+		Proxy:                 nil, // never proxy-from-environment: we are the egress
+		DialContext:           d.dialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		// Size the upstream pool for the concurrency served: Go's default
+		// of 2 idle connections per host makes a busy proxy redial.
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		DisableCompression:  true, // pass the client's Accept-Encoding through untouched
+	}, nil
+}
+
+// GuardedClient returns an HTTP client for Airlock's own requests (token
+// endpoints of credential minters): it resolves and dials exactly as the
+// proxy does, so every address is checked (network.allow_cidrs and
+// deny_cidrs apply), verifies TLS against the system roots plus
+// tls.upstream_ca, never uses proxy variables and never follows
+// redirects.
+func GuardedClient(cfg *policy.Config) (*http.Client, error) {
+	var resolvers []netip.AddrPort
+	for _, r := range cfg.Network.Resolvers {
+		resolvers = append(resolvers, r.AddrPort)
+	}
+	tr, err := newTransport(cfg, newDialer(resolvers, DialTimeout))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{
+		Transport:     withConfig{tr, cfg},
+		Timeout:       30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// withConfig puts the configuration in each request's context, where the
+// guarded dialer looks for it.
+type withConfig struct {
+	rt  http.RoundTripper
+	cfg *policy.Config
+}
+
+func (w withConfig) RoundTrip(r *http.Request) (*http.Response, error) {
+	return w.rt.RoundTrip(r.WithContext(context.WithValue(r.Context(), configKey{}, w.cfg)))
 }
 
 // Config returns the configuration in force.

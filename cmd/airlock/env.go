@@ -82,7 +82,7 @@ func printEnv(w io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath, state
 		if err != nil {
 			return fmt.Errorf("placeholder key: %w", err)
 		}
-		b, err := broker.New(cfg, key)
+		b, err := broker.New(cfg, key, nil) // placeholders only: no minting here
 		if err != nil {
 			return err
 		}

@@ -134,7 +134,11 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 		if err != nil {
 			return fmt.Errorf("placeholder key: %w", err)
 		}
-		if opts.Broker, err = broker.New(cfg, key); err != nil {
+		client, err := proxy.GuardedClient(cfg)
+		if err != nil {
+			return err
+		}
+		if opts.Broker, err = broker.New(cfg, key, client); err != nil {
 			return err
 		}
 		errlog.Info("credential broker enabled", "credentials", strings.Join(opts.Broker.Names(), ","))
