@@ -2,14 +2,25 @@ package e2e
 
 import (
 	"bufio"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/airlockhq/airlock/internal/testutil"
 )
@@ -256,5 +267,112 @@ credentials:
 	again, _ := exec.Command(testutil.Binary(t), "env", "--config", cfg, "--state-dir", filepath.Join(dir, "state")).Output()
 	if !strings.Contains(string(again), env["GITHUB_TOKEN"]) {
 		t.Error("the placeholder changed between runs")
+	}
+}
+
+// The GitHub App flow through the real binary: Airlock signs the app JWT,
+// asks a local fake GitHub API (through its own guarded dialer) for an
+// installation token narrowed to one repository, and injects it. Without
+// an allow_cidrs exception for the fake API's loopback address, the mint
+// itself is refused: token endpoints get the same address checks.
+func TestGitHubAppTokenIsMintedAndInjected(t *testing.T) {
+	appKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "app.pem")
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(appKey)}), 0o600)
+
+	upCA := testutil.NewCA(t)
+	var mints atomic.Int32
+	const installToken = "ghs_minted_installation_token_0042"
+	ghAPI := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/app/installations/42/access_tokens" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_, err := jwt.Parse(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "),
+			func(*jwt.Token) (any, error) { return &appKey.PublicKey, nil }, jwt.WithIssuer("777"), jwt.WithValidMethods([]string{"RS256"}))
+		var body struct{ Repositories []string }
+		json.NewDecoder(r.Body).Decode(&body)
+		if err != nil || len(body.Repositories) != 1 || body.Repositories[0] != "repo" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mints.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"token":%q,"expires_at":%q}`, installToken, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	ghAPI.TLS = &tls.Config{Certificates: []tls.Certificate{upCA.Leaf(t, "ghapi.test")}}
+	ghAPI.StartTLS()
+	defer ghAPI.Close()
+	apiPort := ghAPI.Listener.Addr().(*net.TCPAddr).Port
+	up := testutil.NewTLSUpstream(t, upCA, "api.allowed.test")
+	dir := t.TempDir()
+
+	config := func(allowLoopback bool) string {
+		cidrs := ""
+		if allowLoopback {
+			cidrs = "  allow_cidrs: [127.0.0.1/32]\n"
+		}
+		return fmt.Sprintf(`
+network:
+%s  hosts: {api.allowed.test: 127.0.0.1, ghapi.test: 127.0.0.1}
+tls:
+  upstream_ca: %s
+policies:
+  default:
+    allow:
+      - host: api.allowed.test
+        ports: [%d]
+        credential: gh
+credentials:
+  gh:
+    source:
+      github_app: {app_id: "777", installation_id: 42, private_key: {file: %s}, api_url: "https://ghapi.test:%d", repositories: [repo], permissions: {contents: read}}
+    hosts: [api.allowed.test]
+    placeholder: %s
+`, cidrs, upCA.WritePEM(t, dir), up.Port(), keyFile, apiPort, placeholder)
+	}
+	p := testutil.StartProxy(t, config(true))
+	caPEM, _ := execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", p.StateDir)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(caPEM))
+	c := httpClient(p.URL(), pool)
+	for range 3 {
+		resp, body := get(t, c, fmt.Sprintf("https://api.allowed.test:%d/headers", up.Port()))
+		if resp.StatusCode != 200 || strings.Contains(body, installToken) {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	for _, r := range up.Requests() {
+		if r.Header.Get("Authorization") != "Bearer "+installToken {
+			t.Fatalf("upstream saw Authorization %q", r.Header.Get("Authorization"))
+		}
+	}
+	if n := mints.Load(); n != 1 {
+		t.Errorf("%d installation tokens minted for 3 requests, want 1", n)
+	}
+	for _, l := range append(p.AuditLines(), p.Stderr()) {
+		if strings.Contains(l, installToken) {
+			t.Errorf("the installation token in a log line: %s", l)
+		}
+	}
+
+	// The same flow without the loopback exception: the token endpoint is
+	// a blocked address, the mint fails, the request is not sent.
+	blocked := testutil.StartProxy(t, config(false))
+	caPEM, _ = execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", blocked.StateDir)
+	pool = x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(caPEM))
+	resp, body := get(t, httpClient(blocked.URL(), pool), fmt.Sprintf("https://api.allowed.test:%d/headers", up.Port()))
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "could not obtain the credential") {
+		t.Fatalf("mint through a blocked address: %d %s", resp.StatusCode, body)
+	}
+	if n := mints.Load(); n != 1 {
+		t.Errorf("the fake API was reached through a blocked address (%d mints)", n)
+	}
+	if !strings.Contains(blocked.Stderr(), "blocked") {
+		t.Errorf("the operator is not told why:\n%s", blocked.Stderr())
 	}
 }
