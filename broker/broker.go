@@ -33,10 +33,6 @@ var (
 	ErrUnknown = errors.New("no such credential")
 )
 
-// MaxBodyScan is how many bytes of a request body FindPlaceholder
-// examines; the rest of the body is passed on unexamined.
-const MaxBodyScan = 1 << 20
-
 // Broker holds the configured credentials. It is safe for concurrent use.
 type Broker struct {
 	creds map[string]*credential
@@ -168,29 +164,47 @@ func (c *credential) bound(h policy.Host) bool {
 	return false
 }
 
-// reflections are the forms of a value an upstream might echo: as is,
-// base64 (standard and URL alphabets, with and without padding) and
-// percent-encoded, longest first.
+// reflections are the forms of a value an upstream might echo: as is;
+// hex in either case; JSON with escaped slashes; percent-encoded in
+// either case; and base64 (standard and URL alphabets) at each of the
+// three offsets the value can start at inside a longer encoded string
+// (for offsets 1 and 2 only the characters that depend on the value
+// alone, so "Authorization: Bearer TOKEN", base64-encoded, is caught).
+// Longest first. Masking them is best effort: an upstream that echoes
+// the value in pieces or another encoding is not caught.
 func reflections(raw string) []Secret {
 	forms := []string{
 		raw,
-		base64.StdEncoding.EncodeToString([]byte(raw)),
-		base64.RawStdEncoding.EncodeToString([]byte(raw)),
-		base64.URLEncoding.EncodeToString([]byte(raw)),
-		base64.RawURLEncoding.EncodeToString([]byte(raw)),
+		hex.EncodeToString([]byte(raw)),
+		strings.ToUpper(hex.EncodeToString([]byte(raw))),
+		strings.ReplaceAll(raw, "/", `\/`),
 		url.QueryEscape(raw),
 		url.PathEscape(raw),
+		lowerEscapes(url.QueryEscape(raw)),
+		lowerEscapes(url.PathEscape(raw)),
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		forms = append(forms, enc.EncodeToString([]byte(raw)), enc.WithPadding(base64.NoPadding).EncodeToString([]byte(raw)))
+		for off := 1; off <= 2; off++ {
+			// With off bytes before it, the value's bytes from index
+			// 3-off on fill whole 3-byte groups: their characters are the
+			// same whatever precedes.
+			if rest := raw[3-off:]; len(rest) >= 3 {
+				rest = rest[:len(rest)/3*3]
+				forms = append(forms, enc.WithPadding(base64.NoPadding).EncodeToString([]byte(rest)))
+			}
+		}
 	}
 	seen := make(map[string]bool, len(forms))
 	out := forms[:0]
 	for _, f := range forms {
-		if f != "" && !seen[f] {
+		// Very short forms would mask ordinary text; a value that short
+		// is not a credential worth the name anyway.
+		if len(f) >= 8 && !seen[f] {
 			seen[f] = true
 			out = append(out, f)
 		}
 	}
-	// Longest first, so a longer form is masked whole before a shorter
-	// one inside it.
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	secrets := make([]Secret, len(out))
 	for i, f := range out {
@@ -199,76 +213,221 @@ func reflections(raw string) []Secret {
 	return secrets
 }
 
+// lowerEscapes lower-cases the hex digits of percent escapes ("%2F" ->
+// "%2f"): both spellings mean the same.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if 'A' <= c && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
 // Found is a placeholder seen where it must not be.
 type Found struct {
 	Credential string // whose placeholder
 	Where      string // "header NAME", "url" or "body"
 }
 
-// FindPlaceholder looks for any of sandbox's placeholders in r: in every
-// header, the URL and the first MaxBodyScan bytes of the body (which it
-// puts back, so the body is unchanged for the upstream). A placeholder is
-// fine in exactly one place: the slot of its own credential, when allowed
-// names that credential (the rule that admitted r injects it there) and
-// host is bound to it. Anywhere else it is reported: that is an
-// exfiltration attempt.
+// FindPlaceholder looks for any of sandbox's placeholders in r: in the
+// method, every header name and value, the URL (as sent and
+// percent-decoded) and the body, ignoring case. A placeholder is fine in
+// exactly one place: the slot of its own credential, when allowed names
+// that credential (the rule that admitted r injects it there) and host is
+// bound to it. Anywhere else it is reported: that is what an exfiltration
+// attempt looks like. It is a tripwire, not a barrier: a placeholder
+// encoded another way passes unseen (and is worthless anyway).
+//
+// Headers, URL and the first PrefetchBody bytes of the body are checked
+// now. The rest of a longer body is checked as it streams to the
+// upstream: r.Body is replaced by a reader that holds back the last few
+// bytes and fails with a *PlaceholderError, before passing on a byte of
+// the placeholder, if one appears; the upload then breaks off and no
+// placeholder reaches the upstream. Nothing more is buffered.
 func (b *Broker) FindPlaceholder(r *http.Request, sandbox, allowed string, host policy.Host) (Found, bool, error) {
 	if len(b.creds) == 0 {
 		return Found{}, false, nil
 	}
-	type ph struct {
-		cred string
-		val  []byte
-		slot string // the header where it may stand, or ""
+	phs := b.placeholders(sandbox, allowed, host)
+	target := strings.ToLower(r.URL.String() + " " + r.Host)
+	if dec, err := url.PathUnescape(r.URL.EscapedPath()); err == nil {
+		target += " " + strings.ToLower(dec)
 	}
-	var phs []ph
-	for _, name := range b.names {
-		c := b.creds[name]
-		slot := ""
-		if name == allowed && c.bound(host) {
-			slot = c.header
-		}
-		phs = append(phs, ph{name, []byte(b.placeholder(c, sandbox)), slot})
+	if dec, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
+		target += " " + strings.ToLower(dec)
 	}
-	has := func(s string, p ph) bool { return strings.Contains(s, string(p.val)) }
+	method := strings.ToLower(r.Method)
 	for _, p := range phs {
+		if strings.Contains(method, p.lower) {
+			return Found{p.cred, "method"}, true, nil
+		}
 		for k, vs := range r.Header {
+			if strings.Contains(strings.ToLower(k), p.lower) {
+				return Found{p.cred, "a header name"}, true, nil
+			}
 			for _, v := range vs {
-				if has(v, p) && k != p.slot || has(k, p) {
+				if k != p.slot && strings.Contains(strings.ToLower(v), p.lower) {
 					return Found{p.cred, "header " + k}, true, nil
 				}
 			}
 		}
-		if has(r.URL.String(), p) || has(r.Host, p) {
+		if strings.Contains(target, p.lower) {
 			return Found{p.cred, "url"}, true, nil
 		}
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		return Found{}, false, nil
 	}
-	head := make([]byte, MaxBodyScan)
+	// Most bodies are small: read up to PrefetchBody bytes first, so that
+	// a placeholder in them is caught before anything goes upstream.
+	head := make([]byte, PrefetchBody)
 	n, err := io.ReadFull(r.Body, head)
 	head = head[:n]
+	var rest io.Reader = r.Body
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		r.Body = readCloser{bytes.NewReader(head), r.Body}
+		rest = eofReader{} // the whole body is in head
 	case err != nil:
 		return Found{}, false, fmt.Errorf("read request body: %w", err)
-	default:
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
 	}
+	body := struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), rest), r.Body}
+	lower := bytes.ToLower(head)
 	for _, p := range phs {
-		if bytes.Contains(head, p.val) {
+		if bytes.Contains(lower, []byte(p.lower)) {
+			r.Body = body
 			return Found{p.cred, "body"}, true, nil
 		}
 	}
+	// A longer body is scanned as it streams on.
+	r.Body = newBodyScanner(body, phs)
 	return Found{}, false, nil
 }
 
-type readCloser struct {
-	io.Reader
-	io.Closer
+// PrefetchBody is how much of a request body FindPlaceholder reads before
+// the request is sent; the rest is scanned as it streams.
+const PrefetchBody = 64 << 10
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// placeholder is one of a sandbox's placeholders, as FindPlaceholder
+// looks for it.
+type placeholder struct {
+	cred  string
+	lower string
+	slot  string // the header where it may stand, or ""
 }
+
+func (b *Broker) placeholders(sandbox, allowed string, host policy.Host) []placeholder {
+	phs := make([]placeholder, 0, len(b.names))
+	for _, name := range b.names {
+		c := b.creds[name]
+		slot := ""
+		if name == allowed && c.bound(host) {
+			slot = c.header
+		}
+		phs = append(phs, placeholder{name, strings.ToLower(b.placeholder(c, sandbox)), slot})
+	}
+	return phs
+}
+
+// Redact replaces each of sandbox's placeholders in s (any case) with
+// "[placeholder]", for log lines built from request data.
+func (b *Broker) Redact(sandbox, s string) string {
+	if b == nil || s == "" {
+		return s
+	}
+	lower := strings.ToLower(s)
+	for _, name := range b.names {
+		ph := strings.ToLower(b.placeholder(b.creds[name], sandbox))
+		for i := strings.Index(lower, ph); i >= 0; i = strings.Index(lower, ph) {
+			s = s[:i] + "[placeholder]" + s[i+len(ph):]
+			lower = lower[:i] + "[placeholder]" + lower[i+len(ph):]
+		}
+	}
+	return s
+}
+
+// PlaceholderError is the error a scanned request body fails with when a
+// placeholder appears in it.
+type PlaceholderError struct{ Found Found }
+
+func (e *PlaceholderError) Error() string {
+	return "a placeholder of credential " + e.Found.Credential + " in the request body"
+}
+
+// bodyScanner passes a request body on, holding back the last
+// len(longest placeholder)-1 bytes, and fails when a placeholder (any
+// case) appears.
+type bodyScanner struct {
+	src   io.ReadCloser
+	phs   []placeholder
+	keep  int
+	buf   []byte // scanned bytes not yet handed out
+	chunk []byte
+	err   error
+}
+
+func newBodyScanner(body io.ReadCloser, phs []placeholder) *bodyScanner {
+	keep := 0
+	for _, p := range phs {
+		keep = max(keep, len(p.lower)-1)
+	}
+	return &bodyScanner{src: body, phs: phs, keep: keep}
+}
+
+func (s *bodyScanner) Read(p []byte) (int, error) {
+	for {
+		if s.err != nil && !errors.Is(s.err, io.EOF) {
+			return 0, s.err
+		}
+		ready := len(s.buf) - s.keep
+		if s.err != nil { // EOF: everything left has been scanned
+			ready = len(s.buf)
+		}
+		if ready > 0 {
+			n := copy(p, s.buf[:ready])
+			s.buf = s.buf[n:]
+			return n, nil
+		}
+		if s.err != nil {
+			return 0, s.err
+		}
+		if s.chunk == nil {
+			s.chunk = make([]byte, 32<<10)
+		}
+		n, err := s.src.Read(s.chunk)
+		s.buf = append(s.buf, s.chunk[:n]...)
+		if err != nil {
+			s.err = err
+		}
+		// Scan the window that new bytes can complete a match in.
+		from := max(0, len(s.buf)-n-s.keep)
+		window := bytes.ToLower(s.buf[from:])
+		for _, ph := range s.phs {
+			if bytes.Contains(window, []byte(ph.lower)) {
+				s.buf = nil
+				s.err = &PlaceholderError{Found{ph.cred, "body"}}
+				return 0, s.err
+			}
+		}
+	}
+}
+
+func (s *bodyScanner) Close() error { return s.src.Close() }
 
 // KeyFile is the placeholder key's file name in a state directory.
 const KeyFile = "placeholder.key"

@@ -264,9 +264,9 @@ func TestFindPlaceholder(t *testing.T) {
 				t.Fatalf("found=%v %+v, want %q", found, f, tc.where)
 			}
 			if r.Body != nil {
-				after, _ := io.ReadAll(r.Body)
-				if !bytes.Equal(before, after) {
-					t.Error("the body changed")
+				after, err := io.ReadAll(r.Body)
+				if err != nil || !bytes.Equal(before, after) {
+					t.Errorf("the body changed: %v", err)
 				}
 			}
 		})
@@ -321,4 +321,76 @@ func (s *stepReader) Read(p []byte) (int, error) {
 		p = p[:s.n]
 	}
 	return s.r.Read(p)
+}
+
+// A body longer than the prefetched head is scanned as it streams,
+// however long, with the placeholder anywhere, in any case, split across
+// reads.
+func TestBodyScannerStreams(t *testing.T) {
+	b := newBroker(t, "{env: GITHUB_TOKEN}")
+	ph, _, _ := b.Placeholder("default", "github")
+	big := strings.Repeat("x", 3<<20)
+	for _, body := range []string{
+		big + ph,
+		big[:1<<20-5] + strings.ToUpper(ph) + big,
+		big[:PrefetchBody-7] + ph, // straddles the prefetched head
+	} {
+		r, _ := http.NewRequest("POST", "https://evil.test/", io.NopCloser(iotest.HalfReader(strings.NewReader(body))))
+		if _, found, _ := b.FindPlaceholder(r, "default", "", host(t, "evil.test")); found {
+			t.Fatal("found in headers")
+		}
+		got, err := io.ReadAll(r.Body)
+		var pe *PlaceholderError
+		if !errors.As(err, &pe) || bytes.Contains(bytes.ToLower(got), []byte(ph)) {
+			t.Errorf("body of %d bytes: err=%v, placeholder passed=%v", len(body), err, bytes.Contains(bytes.ToLower(got), []byte(ph)))
+		}
+	}
+	// A clean body passes whole.
+	r, _ := http.NewRequest("POST", "https://evil.test/", io.NopCloser(iotest.HalfReader(strings.NewReader(big))))
+	b.FindPlaceholder(r, "default", "", host(t, "evil.test"))
+	if got, err := io.ReadAll(r.Body); err != nil || len(got) != len(big) {
+		t.Errorf("clean body: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	b := newBroker(t, "{env: GITHUB_TOKEN}")
+	ph, _, _ := b.Placeholder("default", "github")
+	got := b.Redact("default", "/x/"+strings.ToUpper(ph)+"/y?"+ph)
+	if strings.Contains(strings.ToLower(got), ph) || got != "/x/[placeholder]/y?[placeholder]" {
+		t.Errorf("Redact: %q", got)
+	}
+}
+
+func TestScrubMasksOtherEncodingsOfTheValue(t *testing.T) {
+	const tok = "ghs_REAL/SECRET+TOKEN_0123456789"
+	inj := &Injection{Credential: "c", values: reflections(tok)}
+	for _, echo := range []string{
+		fmt.Sprintf("%x", tok),
+		strings.ToUpper(fmt.Sprintf("%x", tok)),
+		strings.ReplaceAll(tok, "/", `\/`),
+		lowerEscapes(url.QueryEscape(tok)),
+		url.QueryEscape(tok),
+		base64.StdEncoding.EncodeToString([]byte("Authorization: Bearer " + tok)),
+		base64.StdEncoding.EncodeToString([]byte("x" + tok)),
+		base64.URLEncoding.EncodeToString([]byte("xy" + tok)),
+	} {
+		got, _ := io.ReadAll(inj.ScrubBody(io.NopCloser(strings.NewReader("echo: " + echo + " end"))))
+		if strings.Contains(string(got), echo) {
+			t.Errorf("not masked: %s", echo)
+		}
+	}
+}
+
+func TestSourceValuesAreChecked(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(path, []byte("tok\r\nX-Injected: yes\n"), 0o600)
+	if _, err := (&fileSource{name: "c", path: path}).Get(ctx, Request{}); !errors.Is(err, ErrUnavailable) || strings.Contains(err.Error(), "X-Injected") {
+		t.Errorf("a value with a line break: %v", err)
+	}
+	s := &commandSource{name: "c", argv: []string{"sh", "-c", "head -c 50000000 /dev/zero | tr '\\0' a"}, ttl: time.Minute, timeout: 10 * time.Second, now: time.Now}
+	if _, err := s.Get(ctx, Request{}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("a command printing 50 MB: %v", err)
+	}
 }

@@ -65,8 +65,8 @@ type envSource struct{ name, env string }
 
 func (s envSource) Get(context.Context, Request) (Secret, error) {
 	v := strings.TrimSpace(os.Getenv(s.env))
-	if v == "" {
-		return Secret{}, fmt.Errorf("%w: credential %s: environment variable %s is empty or unset", ErrUnavailable, s.name, s.env)
+	if err := checkValue(v); err != nil {
+		return Secret{}, fmt.Errorf("%w: credential %s: environment variable %s: %v", ErrUnavailable, s.name, s.env, err)
 	}
 	return NewSecret(v), nil
 }
@@ -98,8 +98,8 @@ func (s *fileSource) Get(context.Context, Request) (Secret, error) {
 		return Secret{}, fmt.Errorf("%w: credential %s: %v", ErrUnavailable, s.name, err)
 	}
 	v := strings.TrimSpace(string(data))
-	if v == "" {
-		return Secret{}, fmt.Errorf("%w: credential %s: %s is empty", ErrUnavailable, s.name, s.path)
+	if err := checkValue(v); err != nil {
+		return Secret{}, fmt.Errorf("%w: credential %s: %s: %v", ErrUnavailable, s.name, s.path, err)
 	}
 	s.value, s.modTime, s.size = NewSecret(v), st.ModTime(), st.Size()
 	return s.value, nil
@@ -134,7 +134,8 @@ func (s *commandSource) Get(ctx context.Context, _ Request) (Secret, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		cmd := exec.CommandContext(rctx, s.argv[0], s.argv[1:]...)
-		var stdout, stderr bytes.Buffer
+		var stdout, stderr limitedBuffer
+		stdout.max, stderr.max = MaxValueLen+1, 4096
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		cmd.WaitDelay = time.Second
 		if err := cmd.Run(); err != nil {
@@ -146,8 +147,8 @@ func (s *commandSource) Get(ctx context.Context, _ Request) (Secret, error) {
 			return nil, fmt.Errorf("%w: credential %s: command %s: %v", ErrUnavailable, s.name, s.argv[0], err)
 		}
 		out := strings.TrimSpace(stdout.String())
-		if out == "" || strings.ContainsAny(out, "\r\n") {
-			return nil, fmt.Errorf("%w: credential %s: command %s printed %s, want one line", ErrUnavailable, s.name, s.argv[0], describeOutput(out))
+		if err := checkValue(out); err != nil {
+			return nil, fmt.Errorf("%w: credential %s: command %s: %v", ErrUnavailable, s.name, s.argv[0], err)
 		}
 		sec := NewSecret(out)
 		s.mu.Lock()
@@ -161,9 +162,35 @@ func (s *commandSource) Get(ctx context.Context, _ Request) (Secret, error) {
 	return v.(Secret), nil
 }
 
-func describeOutput(out string) string {
-	if out == "" {
-		return "nothing"
+// MaxValueLen bounds a credential value, in bytes: a header holds no
+// more, and a source that produces more is broken.
+const MaxValueLen = 16 << 10
+
+// checkValue refuses a value that cannot be a header value: empty, longer
+// than MaxValueLen, or with control characters (a line break would start
+// another header). The error never quotes the value.
+func checkValue(v string) error {
+	switch {
+	case v == "":
+		return errors.New("empty")
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("longer than %d bytes", MaxValueLen)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("contains a line break or another control character; want one line")
 	}
-	return fmt.Sprintf("%d lines", strings.Count(out, "\n")+1)
+	return nil
+}
+
+// limitedBuffer keeps at most max bytes and drops the rest, so a command
+// that prints without end cannot exhaust memory.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

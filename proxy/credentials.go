@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/policy"
 )
@@ -56,6 +57,9 @@ func (s *Server) applyCredentials(r *http.Request, st *reqState, sb *policy.Sand
 	switch {
 	case err == nil:
 		st.inj = inj
+		// Ask for an unencoded response: the credential, should the
+		// upstream echo it, can only be masked in plain bytes.
+		r.Header.Set("Accept-Encoding", "identity")
 		return nil
 	case errors.Is(err, broker.ErrNotBound):
 		return &refusal{http.StatusForbidden, reasonCredentialHostMismatch, denyBody(h.String(), port, reasonCredentialHostMismatch, sb.Name)}
@@ -86,4 +90,17 @@ func inspectedShape(r *http.Request) *refusal {
 		return &refusal{http.StatusBadRequest, reasonInvalidRequest, "Airlock refuses GET and HEAD requests with a body where path rules apply.\n"}
 	}
 	return nil
+}
+
+// record writes ev to the audit log, with any of the sandbox's
+// placeholders in request-derived fields replaced: the log must hold no
+// placeholder, even one a client put in a path.
+func (s *Server) record(ev *audit.Event) {
+	if s.broker != nil {
+		ev.Method = s.broker.Redact(ev.Sandbox, ev.Method)
+		ev.Host = s.broker.Redact(ev.Sandbox, ev.Host)
+		ev.Path = s.broker.Redact(ev.Sandbox, ev.Path)
+		ev.Query = s.broker.Redact(ev.Sandbox, ev.Query)
+	}
+	s.log.Log(ev)
 }

@@ -61,7 +61,7 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, ts *tunnelSta
 				ts.ev.CloseReason = "closed"
 			}
 			ts.ev.Duration = time.Since(ts.ev.Start)
-			s.log.Log(ts.ev)
+			s.record(ts.ev)
 			s.open.Add(-1)
 			s.tunnels.Done()
 		})
@@ -198,7 +198,7 @@ func (s *Server) auditInner(resp *http.Response, st *reqState) {
 			ev.BytesReceived = n
 		}
 		ev.Duration = time.Since(ev.Start)
-		s.log.Log(ev)
+		s.record(ev)
 	}}
 }
 

@@ -135,8 +135,21 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 			resp.Body = newIdleBody(resp.Body, st.idle, st.cancel)
 		}
 		if st != nil && st.inj != nil {
-			// The upstream must not hand the injected value to the sandbox.
+			// The upstream must not hand the injected value to the sandbox:
+			// mask it in headers and body, and drop trailers (they arrive
+			// after the body, too late to mask before goproxy writes them).
 			st.inj.ScrubHeader(resp.Header)
+			resp.Header.Del("Trailer")
+			resp.Trailer = nil
+			if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+				// Airlock asked for identity; an upstream that encodes
+				// anyway gets no body through, since it cannot be masked.
+				resp.Body.Close()
+				st.fromUpstream = false
+				st.ev.Reason, st.ev.ErrorType = reasonUpstreamError, "unmaskable_encoding"
+				return cannedResponse(ctx.Req, http.StatusBadGateway, reasonUpstreamError,
+					"The upstream sent an encoded ("+ce+") response to a request carrying a credential; Airlock cannot check it for the credential, so it is not passed on.\n")
+			}
 			resp.Body = st.inj.ScrubBody(resp.Body)
 		}
 		if st != nil && st.ev.Intercepted {
@@ -289,7 +302,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 			ev.BytesReceived = cw.n // not Airlock's own refusal text
 		}
 		ev.Duration = time.Since(ev.Start)
-		s.log.Log(ev)
+		s.record(ev)
 	}()
 	ev.Path = audit.Path(r.URL.EscapedPath())
 	ev.Query = audit.QueryKeys(r.URL.RawQuery)
@@ -397,6 +410,16 @@ func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response
 	if err == nil {
 		st.fromUpstream = true
 		return resp, nil
+	}
+	var pe *broker.PlaceholderError
+	if errors.As(err, &pe) {
+		// The body scanner stopped the upload before the placeholder.
+		ev.Decision, ev.Reason = "deny", reasonCredentialHostMismatch
+		ev.Credential, ev.Alert = pe.Found.Credential, alertPlaceholder
+		s.errlog.Warn("placeholder in a request body: request refused", "sandbox", ev.Sandbox, "credential", pe.Found.Credential,
+			"server.address", ev.Host)
+		return cannedResponse(r, http.StatusForbidden, reasonCredentialHostMismatch,
+			denyBody(ev.Host, ev.Port, reasonCredentialHostMismatch, ev.Sandbox)), nil
 	}
 	reason, status, msg := classifyDialError(err)
 	ev.Reason = reason

@@ -30,7 +30,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 	defer func() {
 		if !logged {
 			ev.Duration = time.Since(ev.Start)
-			s.log.Log(ev)
+			s.record(ev)
 		}
 	}()
 	h, port, err := policy.ParseAuthority(r.Host, 0)
@@ -121,7 +121,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		defer s.open.Add(-1)
 		defer func() {
 			ev.Duration = time.Since(ev.Start)
-			s.log.Log(ev)
+			s.record(ev)
 		}()
 		// The tunnel must carry TLS to the CONNECT host: read the
 		// ClientHello (it may already sit in the server's buffer) and
