@@ -376,3 +376,51 @@ credentials:
 		t.Errorf("the operator is not told why:\n%s", blocked.Stderr())
 	}
 }
+
+// An upstream that echoes the injected credential in a form Airlock cannot
+// mask (gzip), or after the body (a trailer), must not get it to the
+// sandbox.
+func TestEchoedCredentialNeverReachesTheSandbox(t *testing.T) {
+	p, up, _, caFile := credentialSetup(t, "")
+	base := fmt.Sprintf("https://api.allowed.test:%d", up.Port())
+	code, body := curl(t, p.URL(), "--cacert", caFile, "--compressed", base+"/gzip-headers")
+	if code != 502 || strings.Contains(body, realToken) {
+		t.Errorf("gzip echo: %d %q", code, body)
+	}
+	if got := up.Requests()[0].Header.Get("Accept-Encoding"); got != "identity" {
+		t.Errorf("upstream was offered Accept-Encoding %q, want identity", got)
+	}
+	out, err := exec.Command(testutil.NeedTool(t, "curl"), "-sS", "-x", p.URL(), "--cacert", caFile, "-D", "-", "--raw", base+"/trailer").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if strings.Contains(string(out), realToken) || !strings.Contains(string(out), "body first") {
+		t.Errorf("trailer echo reached the client:\n%s", out)
+	}
+	noSecretsInLogs(t, p)
+}
+
+func TestPlaceholderInPathOrMethodIsCaughtAndNotLogged(t *testing.T) {
+	p, up, _, caFile := credentialSetup(t, "")
+	other := fmt.Sprintf("https://other.allowed.test:%d", up.Port())
+	for _, args := range [][]string{
+		{other + "/x/" + placeholder},
+		{other + "/x/" + strings.ToUpper(placeholder)},
+		{"-X", placeholder, other + "/"},
+	} {
+		code, _ := curl(t, p.URL(), append([]string{"--cacert", caFile}, args...)...)
+		if code != 403 {
+			t.Errorf("curl %v: %d", args, code)
+		}
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("upstream saw %d requests", n)
+	}
+	p.WaitAudit(t, 3)
+	for _, l := range p.AuditLines() {
+		if strings.Contains(strings.ToLower(l), placeholder) {
+			t.Errorf("placeholder in an audit line: %s", l)
+		}
+	}
+	noSecretsInLogs(t, p)
+}

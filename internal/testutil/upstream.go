@@ -5,6 +5,7 @@
 package testutil
 
 import (
+	"compress/gzip"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,6 +15,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -34,6 +36,8 @@ import (
 //	/redirect    302 to the URL in the "to" query parameter
 //	/bytes?n=N   N bytes of 'x'
 //	/echo        the request body
+//	/gzip-headers the request headers as JSON, gzipped whatever was asked
+//	/trailer     a body, then the Authorization header in trailer X-Echo
 //
 // Every request is recorded; Requests returns them.
 type Upstream struct {
@@ -86,6 +90,19 @@ func (u *Upstream) handler() http.Handler {
 			}
 			n -= k
 		}
+	})
+	mux.HandleFunc("/gzip-headers", func(w http.ResponseWriter, r *http.Request) {
+		// A hostile echo: gzip whatever the client accepts.
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		json.NewEncoder(zw).Encode(r.Header)
+		zw.Close()
+	})
+	mux.HandleFunc("/trailer", func(w http.ResponseWriter, r *http.Request) {
+		// Echo the Authorization header in a trailer, after the body.
+		w.Header().Set("Trailer", "X-Echo")
+		io.WriteString(w, "body first\n")
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		b := make([]byte, 32<<10)
