@@ -369,65 +369,24 @@ func (e *PlaceholderError) Error() string {
 	return "a placeholder of credential " + e.Found.Credential + " in the request body"
 }
 
-// bodyScanner passes a request body on, holding back the last
-// len(longest placeholder)-1 bytes, and fails when a placeholder (any
-// case) appears.
-type bodyScanner struct {
-	src   io.ReadCloser
-	phs   []placeholder
-	keep  int
-	buf   []byte // scanned bytes not yet handed out
-	chunk []byte
-	err   error
-}
-
-func newBodyScanner(body io.ReadCloser, phs []placeholder) *bodyScanner {
+// newBodyScanner passes a request body on through a holdback window,
+// failing with a *PlaceholderError, before any byte of it is handed on,
+// when a placeholder (any case) appears.
+func newBodyScanner(body io.ReadCloser, phs []placeholder) io.ReadCloser {
 	keep := 0
 	for _, p := range phs {
 		keep = max(keep, len(p.lower)-1)
 	}
-	return &bodyScanner{src: body, phs: phs, keep: keep}
-}
-
-func (s *bodyScanner) Read(p []byte) (int, error) {
-	for {
-		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return 0, s.err
-		}
-		ready := len(s.buf) - s.keep
-		if s.err != nil { // EOF: everything left has been scanned
-			ready = len(s.buf)
-		}
-		if ready > 0 {
-			n := copy(p, s.buf[:ready])
-			s.buf = s.buf[n:]
-			return n, nil
-		}
-		if s.err != nil {
-			return 0, s.err
-		}
-		if s.chunk == nil {
-			s.chunk = make([]byte, 32<<10)
-		}
-		n, err := s.src.Read(s.chunk)
-		s.buf = append(s.buf, s.chunk[:n]...)
-		if err != nil {
-			s.err = err
-		}
-		// Scan the window that new bytes can complete a match in.
-		from := max(0, len(s.buf)-n-s.keep)
-		window := bytes.ToLower(s.buf[from:])
-		for _, ph := range s.phs {
+	return &holdback{src: body, keep: keep, inspect: func(buf []byte, from int) error {
+		window := bytes.ToLower(buf[from:])
+		for _, ph := range phs {
 			if bytes.Contains(window, []byte(ph.lower)) {
-				s.buf = nil
-				s.err = &PlaceholderError{Found{ph.cred, "body"}}
-				return 0, s.err
+				return &PlaceholderError{Found{ph.cred, "body"}}
 			}
 		}
-	}
+		return nil
+	}}
 }
-
-func (s *bodyScanner) Close() error { return s.src.Close() }
 
 // KeyFile is the placeholder key's file name in a state directory.
 const KeyFile = "placeholder.key"

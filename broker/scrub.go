@@ -43,57 +43,15 @@ func (inj *Injection) ScrubBody(body io.ReadCloser) io.ReadCloser {
 	for i, sec := range inj.values {
 		forms[i] = []byte(sec.Reveal())
 	}
-	return &scrubber{src: body, forms: forms, keep: len(forms[0]) - 1} // longest first
+	// Masking a complete form: one cut off at the end of the window is
+	// completed by the next read and masked then, since the held-back tail
+	// is shorter than any form.
+	return &holdback{src: body, keep: len(forms[0]) - 1, inspect: func(buf []byte, from int) error { // longest first
+		for _, f := range forms {
+			for i := bytes.Index(buf[from:], f); i >= 0; i = bytes.Index(buf[from:], f) {
+				copy(buf[from+i:], mask(len(f)))
+			}
+		}
+		return nil
+	}}
 }
-
-type scrubber struct {
-	src   io.ReadCloser
-	forms [][]byte
-	keep  int    // bytes held back at the end of buf until more arrive
-	buf   []byte // scrubbed except for the last keep bytes
-	out   []byte // ready to hand out
-	chunk []byte
-	eof   bool
-	err   error
-}
-
-func (s *scrubber) Read(p []byte) (int, error) {
-	for len(s.out) == 0 {
-		if s.eof {
-			return 0, s.err
-		}
-		if s.chunk == nil {
-			s.chunk = make([]byte, 32<<10)
-		}
-		n, err := s.src.Read(s.chunk)
-		s.buf = append(s.buf, s.chunk[:n]...)
-		if err != nil {
-			s.eof, s.err = true, err
-		}
-		s.scrub()
-		cut := len(s.buf) - s.keep
-		if s.eof {
-			cut = len(s.buf)
-		}
-		if cut > 0 {
-			s.out = append(s.out, s.buf[:cut]...)
-			s.buf = append(s.buf[:0], s.buf[cut:]...)
-		}
-	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
-	return n, nil
-}
-
-// scrub masks every complete form in buf. A form cut off at the end of
-// buf is completed by the next read and masked then: the held-back tail
-// is always shorter than any form, so it cannot hold a whole one unseen.
-func (s *scrubber) scrub() {
-	for _, f := range s.forms {
-		for i := bytes.Index(s.buf, f); i >= 0; i = bytes.Index(s.buf, f) {
-			copy(s.buf[i:], mask(len(f)))
-		}
-	}
-}
-
-func (s *scrubber) Close() error { return s.src.Close() }
