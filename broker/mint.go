@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,11 @@ func (m *jwtMinter) mint(_ context.Context, req Request) (Secret, time.Time, err
 	if err != nil {
 		return Secret{}, time.Time{}, fmt.Errorf("signing key: %w", err)
 	}
+	if m.spec.Algorithm != "HS256" {
+		if err := isPrivateKeyPEM(raw); err != nil {
+			return Secret{}, time.Time{}, fmt.Errorf("signing key: %w", err)
+		}
+	}
 	var method jwt.SigningMethod
 	var key any
 	switch m.spec.Algorithm {
@@ -186,6 +192,19 @@ func (m *jwtMinter) mint(_ context.Context, req Request) (Secret, time.Time, err
 		return Secret{}, time.Time{}, fmt.Errorf("sign: %w", err)
 	}
 	return NewSecret(signed), exp, nil
+}
+
+// isPrivateKeyPEM says what is wrong when raw is not a PEM private key,
+// naming what it is instead (never its bytes).
+func isPrivateKeyPEM(raw []byte) error {
+	block, _ := pem.Decode(raw)
+	switch {
+	case block == nil:
+		return errors.New("expected a PEM private key; found no PEM block")
+	case !strings.HasSuffix(block.Type, "PRIVATE KEY"):
+		return fmt.Errorf("expected a PEM private key, found a %s", block.Type)
+	}
+	return nil
 }
 
 func randomID() string {
@@ -256,6 +275,9 @@ func (m *githubAppMinter) key(req Request) string { return req.Sandbox }
 func (m *githubAppMinter) mint(ctx context.Context, _ Request) (Secret, time.Time, error) {
 	raw, err := readValue(m.spec.PrivateKey)
 	if err != nil {
+		return Secret{}, time.Time{}, fmt.Errorf("app private key: %w", err)
+	}
+	if err := isPrivateKeyPEM(raw); err != nil {
 		return Secret{}, time.Time{}, fmt.Errorf("app private key: %w", err)
 	}
 	key, err := jwt.ParseRSAPrivateKeyFromPEM(raw)

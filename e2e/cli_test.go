@@ -118,3 +118,35 @@ func TestREADMEConfigExamplesCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyTestWithMethodAndCredential(t *testing.T) {
+	bin := testutil.Binary(t)
+	cfg := filepath.Join(t.TempDir(), "a.yaml")
+	os.WriteFile(cfg, []byte(`
+tls:
+  upstream_ca: missing-roots.pem
+policies:
+  default:
+    allow:
+      - host: git.example.com
+        methods: [GET]
+        paths: ["/acme/**"]
+        credential: git
+credentials:
+  git:
+    source: {env: AIRLOCK_TEST_SURELY_UNSET}
+    hosts: [git.example.com]
+`), 0o600)
+	out, err := execOutput(bin, "policy", "test", "--config", cfg, "--method", "POST", "http://git.example.com/acme/repo")
+	if exitCode(err) != 1 || !strings.Contains(out, "reason:   method_not_allowed") {
+		t.Errorf("POST: %v\n%s", err, out)
+	}
+	out, _ = execOutput(bin, "policy", "test", "--config", cfg, "https://git.example.com/acme/repo")
+	if !strings.Contains(out, "credential: git (injected into this request)") || !strings.Contains(out, "intercepted") {
+		t.Errorf("GET:\n%s", out)
+	}
+	out, err = execOutput(bin, "policy", "check", cfg)
+	if err != nil || !strings.Contains(out, "warning: tls.upstream_ca:") || !strings.Contains(out, "AIRLOCK_TEST_SURELY_UNSET is not set here") {
+		t.Errorf("policy check warnings: %v\n%s", err, out)
+	}
+}

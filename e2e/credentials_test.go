@@ -256,9 +256,16 @@ credentials:
 		t.Errorf("proxy variables: %v", env)
 	}
 	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
-		if !strings.HasSuffix(env[k], "ca.pem") {
+		if !strings.HasSuffix(env[k], "ca-bundle.pem") {
 			t.Errorf("%s = %q", k, env[k])
 		}
+	}
+	// The bundle holds Airlock's CA (and the system roots, where the
+	// machine has them), so opaque hosts still verify.
+	bundle, err := os.ReadFile(env["SSL_CERT_FILE"])
+	caPEM, _ := os.ReadFile(filepath.Join(dir, "state", "ca.pem"))
+	if err != nil || len(caPEM) == 0 || !strings.Contains(string(bundle), string(caPEM)) {
+		t.Errorf("the CA bundle lacks Airlock's CA: %v", err)
 	}
 	if ph := env["GITHUB_TOKEN"]; !strings.HasPrefix(ph, "airlock-placeholder-") || strings.Contains(string(out), realToken) {
 		t.Errorf("GITHUB_TOKEN = %q; output:\n%s", ph, out)

@@ -54,7 +54,7 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, ts *tunnelSta
 			ts.ev.BytesSent, ts.ev.BytesReceived = sent, received
 			ts.mu.Lock()
 			if ts.mismatch != "" {
-				ts.ev.Decision, ts.ev.Reason = "deny", reasonAuthorityMismatch
+				ts.ev.Decision, ts.ev.Reason, ts.ev.CloseReason = "deny", reasonAuthorityMismatch, "refused"
 			}
 			ts.mu.Unlock()
 			if ts.ev.CloseReason == "" {
@@ -168,10 +168,10 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	if ref := s.applyCredentials(r, st, ts.sb, ts.host, ts.port, d, true); ref != nil {
 		resp := cannedResponse(r, ref.status, ref.reason, ref.body)
 		ev.Decision, ev.Reason = "deny", ref.reason
-		if ref.status == http.StatusBadGateway {
-			ev.Decision = "allow" // allowed by policy, but not sendable
-		}
 		return r, resp
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countingReader{ReadCloser: r.Body, n: &st.sent}
 	}
 	rctx, cancel := context.WithCancel(r.Context())
 	st.cancel = cancel // called when the response is done (auditInner) or the upstream idles
@@ -197,6 +197,7 @@ func (s *Server) auditInner(resp *http.Response, st *reqState) {
 		if st.fromUpstream {
 			ev.BytesReceived = n
 		}
+		ev.BytesSent = st.sent.Load()
 		ev.Duration = time.Since(ev.Start)
 		s.record(ev)
 	}}

@@ -367,9 +367,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	removeHopByHop(r.Header)
 	if ref := s.applyCredentials(r, st, sb, h, port, d, scheme == "https"); ref != nil {
 		ev.Decision, ev.Reason = "deny", ref.reason
-		if ref.status == http.StatusBadGateway {
-			ev.Decision = "allow" // allowed by policy, but not sendable
-		}
 		writeDecision(cw, ref.status, ref.reason, ref.body)
 		return
 	}
@@ -391,6 +388,7 @@ type reqState struct {
 	inj          *broker.Injection  // what was injected, to scrub from the response
 	idle         time.Duration      // the sandbox's idle timeout
 	cancel       context.CancelFunc // ends the upstream request (an idle upstream body)
+	sent         atomic.Int64       // request body bytes read (intercepted requests)
 }
 
 type stateKey struct{}

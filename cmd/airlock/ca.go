@@ -44,7 +44,7 @@ func newCACmd() *cobra.Command {
 	}
 	var dir string
 	initCmd := &cobra.Command{
-		Use:   "init [--dir DIR]",
+		Use:   "init [--state-dir DIR]",
 		Short: "Generate the interception CA into DIR (default: the state directory) unless one is there",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,11 +60,12 @@ func newCACmd() *cobra.Command {
 			return nil
 		},
 	}
-	initCmd.Flags().StringVar(&dir, "dir", defaultStateDir(), "directory for "+certs.CertFile+" and "+certs.KeyFile)
+	initCmd.Flags().StringVar(&dir, "state-dir", defaultStateDir(), "directory for "+certs.CertFile+" and "+certs.KeyFile)
+	initCmd.Flags().StringVar(&dir, "dir", defaultStateDir(), "same as --state-dir")
 
 	var configPath, exportDir string
 	exportCmd := &cobra.Command{
-		Use:   "export [--config FILE] [--dir DIR]",
+		Use:   "export [--config FILE] [--state-dir DIR]",
 		Short: "Print the CA certificate (PEM) for the sandbox's trust store, generating the CA if needed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -86,7 +87,8 @@ func newCACmd() *cobra.Command {
 		},
 	}
 	exportCmd.Flags().StringVar(&configPath, "config", "", "policy file whose tls.ca_cert to export; default: the state directory's CA")
-	exportCmd.Flags().StringVar(&exportDir, "dir", defaultStateDir(), "state directory")
+	exportCmd.Flags().StringVar(&exportDir, "state-dir", defaultStateDir(), "state directory")
+	exportCmd.Flags().StringVar(&exportDir, "dir", defaultStateDir(), "same as --state-dir")
 	cmd.AddCommand(initCmd, exportCmd)
 	return cmd
 }

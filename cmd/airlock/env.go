@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -22,7 +23,8 @@ func newEnvCmd() *cobra.Command {
 		Long: `Print, as shell export lines, the environment a sandbox needs to use Airlock:
 HTTPS_PROXY and HTTP_PROXY (and lower-case forms), NO_PROXY, the CA certificate for
 SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, GIT_SSL_CAINFO and CURL_CA_BUNDLE
-when the policy intercepts TLS, and one variable per credential holding the sandbox's
+when the policy intercepts TLS (a bundle of the system roots and Airlock's CA, written
+into the state directory), and one variable per credential holding the sandbox's
 placeholder (never the credential). Use it as: eval "$(airlock env --sandbox agent-1)".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,18 +40,18 @@ placeholder (never the credential). Use it as: eval "$(airlock env --sandbox age
 			if proxyAddr == "" {
 				proxyAddr = string(cfg.Listen.Proxy)
 			}
-			return printEnv(cmd.OutOrStdout(), cfg, sandbox, proxyAddr, caPath, stateDir)
+			return printEnv(cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, sandbox, proxyAddr, caPath, stateDir)
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy")
 	cmd.Flags().StringVar(&sandbox, "sandbox", policy.DefaultSandbox, "sandbox whose placeholders to print")
 	cmd.Flags().StringVar(&proxyAddr, "proxy", "", "address the sandbox reaches Airlock at (default: listen.proxy), e.g. airlock:3128")
-	cmd.Flags().StringVar(&caPath, "ca-path", "", "path of the CA certificate as the sandbox sees it (default: the file in the state directory)")
+	cmd.Flags().StringVar(&caPath, "ca-path", "", "path of the CA bundle as the sandbox sees it (default: STATE_DIR/ca-bundle.pem, system roots plus Airlock's CA, written now)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "state directory (CA, placeholder key)")
 	return cmd
 }
 
-func printEnv(w io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath, stateDir string) error {
+func printEnv(w, warn io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath, stateDir string) error {
 	host, port, err := net.SplitHostPort(proxyAddr)
 	if err != nil {
 		return fmt.Errorf("--proxy %q: expected HOST:PORT", proxyAddr)
@@ -67,17 +69,26 @@ func printEnv(w io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath, state
 
 	if cfg.NeedsInterception() || cfg.TLS.CACert != "" {
 		if caPath == "" {
-			if cfg.TLS.CACert != "" {
-				caPath = cfg.TLS.CACert
-			} else {
-				caPath = filepath.Join(stateDir, certs.CertFile)
+			bundle, note, err := writeCABundle(cfg, stateDir)
+			if err != nil {
+				return err
 			}
+			if note != "" {
+				fmt.Fprintln(warn, "airlock env:", note)
+			}
+			caPath = bundle
 		}
+		// One bundle, system roots plus Airlock's CA: these variables
+		// replace the system roots for most tools, and opaque (not
+		// intercepted) hosts still need them.
 		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
 			export(k, caPath)
 		}
 	}
 	if len(cfg.Credentials) > 0 {
+		if _, err := os.Stat(filepath.Join(stateDir, broker.KeyFile)); os.IsNotExist(err) {
+			fmt.Fprintf(warn, "airlock env: created a new placeholder key in %s: run the proxy with --state-dir %s (or AIRLOCK_STATE_DIR) so that it expects these placeholders\n", stateDir, stateDir)
+		}
 		key, err := broker.LoadKey(stateDir)
 		if err != nil {
 			return fmt.Errorf("placeholder key: %w", err)
@@ -93,6 +104,47 @@ func printEnv(w io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath, state
 		}
 	}
 	return nil
+}
+
+// systemRootFiles are where Linux distributions (Debian/Ubuntu,
+// Fedora/RHEL, Alpine) keep the system CA bundle.
+var systemRootFiles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// writeCABundle writes stateDir/ca-bundle.pem: the system roots followed by
+// Airlock's CA certificate (generated into stateDir if the configuration
+// names none and there is none yet). It returns the path and a note for
+// the operator when something was created or no system roots were found.
+func writeCABundle(cfg *policy.Config, stateDir string) (string, string, error) {
+	var note string
+	if cfg.TLS.CACert == "" {
+		if _, err := os.Stat(filepath.Join(stateDir, certs.CertFile)); os.IsNotExist(err) {
+			note = fmt.Sprintf("created a new interception CA in %s: run the proxy with --state-dir %s (or AIRLOCK_STATE_DIR) so that it signs with it", stateDir, stateDir)
+		}
+	}
+	certPath, keyPath, err := caPaths(cfg, stateDir)
+	if err != nil {
+		return "", "", err
+	}
+	ca, err := certs.Load(certPath, keyPath, 1)
+	if err != nil {
+		return "", "", err
+	}
+	var bundle []byte
+	for _, f := range systemRootFiles {
+		if b, err := os.ReadFile(f); err == nil {
+			bundle = append(b, '\n')
+			break
+		}
+	}
+	if bundle == nil {
+		note = strings.TrimSpace(note + "; no system CA bundle found: the CA variables hold Airlock's CA alone, so opaque (not intercepted) hosts will not verify")
+	}
+	bundle = append(bundle, ca.CertPEM()...)
+	path := filepath.Join(stateDir, "ca-bundle.pem")
+	if err := os.WriteFile(path, bundle, 0o644); err != nil {
+		return "", "", err
+	}
+	return path, note, nil
 }
 
 // shellQuote quotes s for a POSIX shell.

@@ -36,7 +36,7 @@ func newPolicyCheckCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
-			for _, w := range cfg.Warnings() {
+			for _, w := range append(cfg.Warnings(), environmentWarnings(cfg)...) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%s)\n", args[0], cfg)
@@ -58,7 +58,7 @@ func newPolicyShowDefaultCmd() *cobra.Command {
 }
 
 func newPolicyTestCmd() *cobra.Command {
-	var configPath, sandbox string
+	var configPath, sandbox, method string
 	var allowCIDRs []string
 	cmd := &cobra.Command{
 		Use:   "test [--config FILE] [--sandbox NAME] URL|HOST:PORT",
@@ -77,7 +77,7 @@ Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, 
 				fmt.Fprintf(cmd.ErrOrStderr(), "no sandbox named %q in %s\n", sandbox, cfg.File())
 				return exitError{2}
 			}
-			allowed, err := policyTest(cmd.Context(), cmd.OutOrStdout(), cfg, sb, args[0])
+			allowed, err := policyTest(cmd.Context(), cmd.OutOrStdout(), cfg, sb, args[0], method)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{2}
@@ -90,6 +90,7 @@ Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, 
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy")
 	cmd.Flags().StringVar(&sandbox, "sandbox", policy.DefaultSandbox, "sandbox whose policy to test")
+	cmd.Flags().StringVar(&method, "method", "GET", "HTTP method of the request to test (URL targets)")
 	cmd.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "add a network.allow_cidrs exception (repeatable)")
 	return cmd
 }
@@ -97,7 +98,7 @@ Exit status: 0 reachable, 1 denied, 2 the command could not answer (bad config, 
 // policyTest prints the decision for target (a URL or host:port) and, for
 // an allowed destination, the addresses it resolves to with their
 // classification. It reports whether the destination is reachable.
-func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy.Sandbox, target string) (bool, error) {
+func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy.Sandbox, target, reqMethod string) (bool, error) {
 	method, path := "", ""
 	var h policy.Host
 	var port uint16
@@ -120,7 +121,7 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 			return false, fmt.Errorf("%q: credentials in the URL are refused by the proxy (invalid_request)", target)
 		}
 		h, port, err = policy.ParseAuthority(u.Host, def)
-		method, path = "GET", u.EscapedPath()
+		method, path = reqMethod, u.EscapedPath()
 	} else {
 		h, port, err = policy.ParseAuthority(target, 0)
 	}
@@ -142,6 +143,9 @@ func policyTest(ctx context.Context, w io.Writer, cfg *policy.Config, sb *policy
 	fmt.Fprintf(w, "decision: %s\nreason:   %s\n", verdict, d.Reason)
 	if d.Rule != "" {
 		fmt.Fprintf(w, "rule:     %s\n", d.Rule)
+	}
+	if d.Credential != "" {
+		fmt.Fprintf(w, "credential: %s (injected into this request)\n", d.Credential)
 	}
 	if hostLevel.Allow && hostLevel.Inspect {
 		note := "HTTPS to this host is intercepted: each request is decided by its method and path"

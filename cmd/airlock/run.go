@@ -44,7 +44,7 @@ func newRunCmd() *cobra.Command {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
-			for _, w := range cfg.Warnings() {
+			for _, w := range append(cfg.Warnings(), environmentWarnings(cfg)...) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			if listen == "" {
