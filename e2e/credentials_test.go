@@ -431,3 +431,103 @@ func TestPlaceholderInPathOrMethodIsCaughtAndNotLogged(t *testing.T) {
 	}
 	noSecretsInLogs(t, p)
 }
+
+// OAuth2 client credentials and per-request JWTs through the real binary:
+// the token endpoint (on loopback, so reachable only through allow_cidrs)
+// is asked once for many requests; the JWT upstream verifies the
+// signature with the public key and finds aud = its host, sub = sandbox.
+func TestOAuth2AndJWTCredentialsThroughAirlock(t *testing.T) {
+	upCA := testutil.NewCA(t)
+	dir := t.TempDir()
+
+	var tokenCalls atomic.Int32
+	tokenEP := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		id, secret, _ := r.BasicAuth()
+		if r.Form.Get("grant_type") != "client_credentials" || id != "airlock" || secret != "oauth-client-secret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		tokenCalls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"access_token":"oauth-access-token-0001","token_type":"bearer","expires_in":3600}`)
+	}))
+	tokenEP.TLS = &tls.Config{Certificates: []tls.Certificate{upCA.Leaf(t, "auth.test")}}
+	tokenEP.StartTLS()
+	defer tokenEP.Close()
+	tokenPort := tokenEP.Listener.Addr().(*net.TCPAddr).Port
+
+	signer, _ := rsa.GenerateKey(rand.Reader, 2048)
+	keyFile := filepath.Join(dir, "jwt.pem")
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(signer)}), 0o600)
+
+	up := testutil.NewTLSUpstream(t, upCA, "oauth.allowed.test", "jwt.allowed.test")
+	t.Setenv("AIRLOCK_E2E_OAUTH_SECRET", "oauth-client-secret")
+	p := testutil.StartProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {oauth.allowed.test: 127.0.0.1, jwt.allowed.test: 127.0.0.1, auth.test: 127.0.0.1}
+tls:
+  upstream_ca: %s
+policies:
+  default:
+    allow:
+      - host: oauth.allowed.test
+        ports: [%[2]d]
+        credential: oauth
+      - host: jwt.allowed.test
+        ports: [%[2]d]
+        credential: signed
+credentials:
+  oauth:
+    source:
+      oauth2: {token_url: "https://auth.test:%[3]d/token", client_id: airlock, client_secret: {env: AIRLOCK_E2E_OAUTH_SECRET}, scopes: [read]}
+    hosts: [oauth.allowed.test]
+  signed:
+    source:
+      jwt: {algorithm: RS256, key: {file: %[4]s}, issuer: airlock-e2e, ttl: 2m}
+    hosts: [jwt.allowed.test]
+`, upCA.WritePEM(t, dir), up.Port(), tokenPort, keyFile))
+	caPEM, _ := execOutputOnly(testutil.Binary(t), "ca", "export", "--state-dir", p.StateDir)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(caPEM))
+	c := httpClient(p.URL(), pool)
+
+	for range 5 {
+		if resp, body := get(t, c, fmt.Sprintf("https://oauth.allowed.test:%d/headers", up.Port())); resp.StatusCode != 200 {
+			t.Fatalf("oauth: %d %s", resp.StatusCode, body)
+		}
+		if resp, body := get(t, c, fmt.Sprintf("https://jwt.allowed.test:%d/headers", up.Port())); resp.StatusCode != 200 {
+			t.Fatalf("jwt: %d %s", resp.StatusCode, body)
+		}
+	}
+	if n := tokenCalls.Load(); n != 1 {
+		t.Errorf("the token endpoint was asked %d times for 5 requests, want 1", n)
+	}
+	var jwts []string
+	for _, r := range up.Requests() {
+		auth := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		switch r.Host {
+		case fmt.Sprintf("oauth.allowed.test:%d", up.Port()):
+			if auth != "oauth-access-token-0001" {
+				t.Errorf("oauth upstream saw %q", auth)
+			}
+		case fmt.Sprintf("jwt.allowed.test:%d", up.Port()):
+			_, err := jwt.Parse(auth, func(*jwt.Token) (any, error) { return &signer.PublicKey, nil },
+				jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience("jwt.allowed.test"), jwt.WithSubject("default"),
+				jwt.WithIssuer("airlock-e2e"), jwt.WithExpirationRequired())
+			if err != nil {
+				t.Errorf("the upstream cannot verify the JWT: %v", err)
+			}
+			jwts = append(jwts, auth)
+		}
+	}
+	if len(jwts) != 5 || jwts[0] != jwts[4] {
+		t.Errorf("JWTs: %d seen, reused: %v", len(jwts), len(jwts) == 5 && jwts[0] == jwts[4])
+	}
+	for _, l := range append(p.AuditLines(), p.Stderr()) {
+		if strings.Contains(l, "oauth-access-token") || strings.Contains(l, "oauth-client-secret") || (len(jwts) > 0 && strings.Contains(l, jwts[0])) {
+			t.Errorf("a token or secret in a log line: %s", l)
+		}
+	}
+}
