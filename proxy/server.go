@@ -103,6 +103,9 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 	gp.ConnectDial = nil
 	gp.KeepAcceptEncoding = true
 	gp.AllowHTTP2 = false // one request per inner connection read: authority checks stay simple
+	if opts.CA != nil {
+		gp.CertStore = opts.CA // leaves come from our CA's LRU cache, also for goproxy's own TLS config
+	}
 	gp.Logger = slogPrintf{errlog}
 	// A CONNECT reaches goproxy only when Server.serveConnect decided to
 	// intercept it; anything else is refused rather than given goproxy's
