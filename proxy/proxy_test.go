@@ -24,12 +24,19 @@ import (
 // startProxy runs a Server in-process on loopback with cfgYAML and returns
 // its address. Audit lines go to the returned buffer-less discard logger.
 func startProxy(tb testing.TB, cfgYAML string) (addr string, srv *Server) {
+	return startProxyWith(tb, cfgYAML, Options{})
+}
+
+// startProxyWith is startProxy with options (a CA, a broker); the audit
+// log is discarded.
+func startProxyWith(tb testing.TB, cfgYAML string, opts Options) (addr string, srv *Server) {
 	tb.Helper()
 	cfg, err := policy.Parse("test.yaml", []byte(cfgYAML))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err = New(cfg, Options{Audit: audit.New(io.Discard)})
+	opts.Audit = audit.New(io.Discard)
+	srv, err = New(cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -259,7 +266,7 @@ func startTLSProxy(b *testing.B, inspect bool) (*http.Client, string) {
 	if inspect {
 		rule = `        paths: ["/**"]`
 	}
-	cfg, err := policy.Parse("bench.yaml", []byte(fmt.Sprintf(`
+	cfgYAML := fmt.Sprintf(`
 network:
   allow_cidrs: [127.0.0.1/32]
   hosts: {allowed.test: 127.0.0.1}
@@ -271,10 +278,7 @@ policies:
       - host: allowed.test
         ports: [%d]
 %s
-`, upCA.WritePEM(b, dir), up.Port(), rule)))
-	if err != nil {
-		b.Fatal(err)
-	}
+`, upCA.WritePEM(b, dir), up.Port(), rule)
 	certPath, keyPath, _, err := certs.Init(filepath.Join(dir, "state"))
 	if err != nil {
 		b.Fatal(err)
@@ -283,21 +287,11 @@ policies:
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := New(cfg, Options{Audit: audit.New(io.Discard), CA: ca})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := srv.NewHTTPServer()
-	go hs.Serve(ln)
-	b.Cleanup(func() { hs.Close(); srv.closeTunnels() })
+	addr, _ := startProxyWith(b, cfgYAML, Options{CA: ca})
 
 	roots := upCA.Pool()
 	roots.AddCert(ca.Certificate())
-	pu, _ := url.Parse("http://" + ln.Addr().String())
+	pu, _ := url.Parse("http://" + addr)
 	c := &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyURL(pu),
 		TLSClientConfig:     &tls.Config{RootCAs: roots},
