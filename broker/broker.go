@@ -276,7 +276,8 @@ func (b *Broker) FindPlaceholder(r *http.Request, sandbox, allowed string, host 
 			}
 			for _, v := range vs {
 				if k != p.slot && strings.Contains(strings.ToLower(v), p.lower) {
-					return Found{p.cred, "header " + k}, true, nil
+					// The name may hold another credential's placeholder.
+					return Found{p.cred, "header " + b.Redact(sandbox, k)}, true, nil
 				}
 			}
 		}

@@ -394,3 +394,25 @@ func TestSourceValuesAreChecked(t *testing.T) {
 		t.Errorf("a command printing 50 MB: %v", err)
 	}
 }
+
+func TestScrubHeaderDropsHeadersNamedAfterTheValue(t *testing.T) {
+	inj := &Injection{Credential: "c", values: reflections("REALSECRETvalue12345abcdef")}
+	h := http.Header{"X-Realsecretvalue12345abcdef": {"1"}, "X-Other": {"fine"}}
+	inj.ScrubHeader(h)
+	if len(h) != 1 || h.Get("X-Other") != "fine" {
+		t.Errorf("headers after scrubbing: %v", h)
+	}
+}
+
+func TestFindPlaceholderNeverReportsAnotherPlaceholder(t *testing.T) {
+	cfg := parseCfg(t, "credentials:\n  aaa:\n    source: {env: A}\n    hosts: [api.test]\n  zzz:\n    source: {env: Z}\n    hosts: [api.test]\n")
+	b, _ := New(cfg, []byte("0123456789abcdef0123456789abcdef"), nil)
+	pa, _, _ := b.Placeholder("default", "aaa")
+	pz, _, _ := b.Placeholder("default", "zzz")
+	r, _ := http.NewRequest("GET", "http://other.test/", nil)
+	r.Header.Set(pz, pa) // one placeholder as a header name, the other as its value
+	f, found, _ := b.FindPlaceholder(r, "default", "", host(t, "other.test"))
+	if !found || strings.Contains(strings.ToLower(f.Where), pz) || strings.Contains(strings.ToLower(f.Where), pa) {
+		t.Errorf("found=%v where=%q", found, f.Where)
+	}
+}

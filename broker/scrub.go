@@ -12,13 +12,24 @@ import (
 func mask(n int) string { return strings.Repeat("*", n) }
 
 // ScrubHeader replaces, in every value of h, each form of the injected
-// credential (raw, base64, percent-encoded) with asterisks of the same
-// length. A nil Injection does nothing.
+// credential (raw, hex, base64, percent-encoded) with asterisks of the
+// same length, and removes headers whose name holds one (any case). A
+// nil Injection does nothing.
 func (inj *Injection) ScrubHeader(h http.Header) {
 	if inj == nil {
 		return
 	}
 	for k, vs := range h {
+		lk := strings.ToLower(k)
+		for _, sec := range inj.values {
+			if f := strings.ToLower(sec.Reveal()); strings.Contains(lk, f) {
+				delete(h, k) // a header name cannot be masked in place
+				break
+			}
+		}
+		if _, ok := h[k]; !ok {
+			continue
+		}
 		for i, v := range vs {
 			for _, sec := range inj.values {
 				if f := sec.Reveal(); strings.Contains(v, f) {

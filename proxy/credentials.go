@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net/http"
+	"net/url"
 
 	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/broker"
@@ -100,6 +101,9 @@ func (s *Server) record(ev *audit.Event) {
 		ev.Method = s.broker.Redact(ev.Sandbox, ev.Method)
 		ev.Host = s.broker.Redact(ev.Sandbox, ev.Host)
 		ev.Path = s.broker.Redact(ev.Sandbox, ev.Path)
+		if dec, err := url.PathUnescape(ev.Path); err == nil && s.broker.Redact(ev.Sandbox, dec) != dec {
+			ev.Path = s.broker.Redact(ev.Sandbox, dec) // a percent-encoded placeholder
+		}
 		ev.Query = s.broker.Redact(ev.Sandbox, ev.Query)
 	}
 	s.log.Log(ev)

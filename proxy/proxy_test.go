@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/audit"
+	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/internal/testutil"
 	"github.com/airlockhq/airlock/policy"
@@ -484,5 +485,82 @@ policies:
 	}
 	if n := len(up.Requests()); n != 1 {
 		t.Errorf("upstream saw %d requests, want only the plain GET", n)
+	}
+}
+
+func TestEncodedAsSeesEveryContentEncoding(t *testing.T) {
+	for _, tc := range []struct {
+		vals []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"identity"}, ""},
+		{[]string{"identity", "gzip"}, "gzip"},
+		{[]string{"identity, br"}, "br"},
+		{[]string{"GZIP"}, "GZIP"},
+	} {
+		h := http.Header{}
+		for _, v := range tc.vals {
+			h.Add("Content-Encoding", v)
+		}
+		if got := encodedAs(h); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.vals, got, tc.want)
+		}
+	}
+}
+
+// With credentials configured every request body is checked for
+// placeholders; a client that stalls its body is still cut off when idle,
+// and request trailers are never forwarded.
+func TestBodyChecksHonourIdleAndDropTrailers(t *testing.T) {
+	gotTrailer := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		gotTrailer <- r.Trailer
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	cfgYAML := localYAML(port) + `limits: {idle_timeout: 300ms}
+credentials:
+  c:
+    source: {env: AIRLOCK_TEST_UNUSED}
+    hosts: [api.test]
+`
+	cfg, err := policy.Parse("t.yaml", []byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(cfg, []byte("0123456789abcdef0123456789abcdef"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startProxyWith(t, cfgYAML, Options{Broker: b})
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST http://allowed.test:%d/ HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 100000\r\n\r\n0123456789", port)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("a stalled request body held the connection past the idle timeout")
+		}
+	}
+
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	fmt.Fprintf(c2, "POST http://allowed.test:%d/ HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nTrailer: X-Leak\r\n\r\n5\r\nhello\r\n0\r\nX-Leak: secret-ish\r\n\r\n", port)
+	select {
+	case tr := <-gotTrailer:
+		if tr.Get("X-Leak") != "" {
+			t.Errorf("the upstream received request trailers: %v", tr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request reached the upstream")
 	}
 }

@@ -144,7 +144,7 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 			st.inj.ScrubHeader(resp.Header)
 			resp.Header.Del("Trailer")
 			resp.Trailer = nil
-			if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			if ce := encodedAs(resp.Header); ce != "" {
 				// Airlock asked for identity; an upstream that encodes
 				// anyway gets no body through, since it cannot be masked.
 				resp.Body.Close()
@@ -295,8 +295,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{})
 	defer func() {
+		// After the handler, net/http may still flush the response and
+		// read what is left of an unread body (then set its own deadlines
+		// for the next request): both get idle, never forever.
 		rc.SetWriteDeadline(time.Now().Add(sb.IdleTimeout))
-		rc.SetReadDeadline(time.Time{}) // the server sets its own for the next request
+		rc.SetReadDeadline(time.Now().Add(sb.IdleTimeout))
 	}()
 	defer func() {
 		ev.Status = cw.status
@@ -368,20 +371,41 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		r.Host = strings.TrimSuffix(r.Host, fmt.Sprintf(":%d", port))
 	}
 	removeHopByHop(r.Header)
+	if r.Body != nil && r.Body != http.NoBody {
+		// Wrapped before anything reads it (the placeholder check does):
+		// each read has the idle timeout to finish.
+		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout}
+	}
 	if ref := s.applyCredentials(r, st, sb, h, port, d, scheme == "https"); ref != nil {
 		ev.Decision, ev.Reason = "deny", ref.reason
 		writeDecision(cw, ref.status, ref.reason, ref.body)
 		return
-	}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout}
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	st.cancel = cancel
 	ctx = context.WithValue(ctx, configKey{}, cfg)
 	ctx = context.WithValue(ctx, stateKey{}, st)
-	s.gp.ServeHTTP(cw, r.WithContext(ctx))
+	fwd := r.WithContext(ctx)
+	// Request trailers are never forwarded: they come after the body,
+	// after every check. (Set on the copy: net/http fills the original's
+	// when the body has been read to its end.)
+	fwd.Trailer = nil
+	s.gp.ServeHTTP(cw, fwd)
+}
+
+// encodedAs returns the response's content coding if it is anything but
+// identity, looking at every Content-Encoding value (a second header
+// must not hide gzip behind a first "identity").
+func encodedAs(h http.Header) string {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // reqState is what the round tripper learns about a forwarded request.
