@@ -85,6 +85,7 @@ credentials:
 // placeholder.
 func noSecretsInLogs(t *testing.T, p *testutil.Proxy) {
 	t.Helper()
+	p.StopAndFlush(t) // every line written, then searched
 	for _, l := range append(p.AuditLines(), strings.Split(p.Stderr(), "\n")...) {
 		if strings.Contains(l, realToken) || strings.Contains(l, placeholder) || strings.Contains(l, "REALTOKEN") {
 			t.Errorf("a secret or placeholder in a log line: %s", l)
@@ -360,6 +361,7 @@ credentials:
 	if n := mints.Load(); n != 1 {
 		t.Errorf("%d installation tokens minted for 3 requests, want 1", n)
 	}
+	p.StopAndFlush(t)
 	for _, l := range append(p.AuditLines(), p.Stderr()) {
 		if strings.Contains(l, installToken) {
 			t.Errorf("the installation token in a log line: %s", l)
@@ -379,7 +381,7 @@ credentials:
 	if n := mints.Load(); n != 1 {
 		t.Errorf("the fake API was reached through a blocked address (%d mints)", n)
 	}
-	if !strings.Contains(blocked.Stderr(), "blocked") {
+	if !blocked.WaitStderr("blocked") {
 		t.Errorf("the operator is not told why:\n%s", blocked.Stderr())
 	}
 }
@@ -525,6 +527,7 @@ credentials:
 	if len(jwts) != 5 || jwts[0] != jwts[4] {
 		t.Errorf("JWTs: %d seen, reused: %v", len(jwts), len(jwts) == 5 && jwts[0] == jwts[4])
 	}
+	p.StopAndFlush(t)
 	for _, l := range append(p.AuditLines(), p.Stderr()) {
 		if strings.Contains(l, "oauth-access-token") || strings.Contains(l, "oauth-client-secret") || (len(jwts) > 0 && strings.Contains(l, jwts[0])) {
 			t.Errorf("a token or secret in a log line: %s", l)

@@ -68,11 +68,12 @@ type Proxy struct {
 	Addr     string // "127.0.0.1:PORT" of the proxy listener
 	StateDir string // --state-dir given by StartProxy
 
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	stdout bytes.Buffer // audit lines
-	stderr bytes.Buffer
-	done   chan struct{}
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	stdout  bytes.Buffer // audit lines
+	stderr  bytes.Buffer
+	done    chan struct{}
+	scanned chan struct{} // closed when every stderr line is in stderr
 }
 
 // StartProxy writes config to a temporary file and runs
@@ -108,6 +109,7 @@ func StartProxyArgs(t testing.TB, args ...string) *Proxy {
 	}
 	addr := make(chan string, 1)
 	scanned := make(chan struct{})
+	p.scanned = scanned
 	go func() {
 		defer close(scanned)
 		sc := bufio.NewScanner(pr)
@@ -165,11 +167,32 @@ func (p *Proxy) Stop(t testing.TB) {
 	}
 }
 
+// StopAndFlush stops the proxy and waits until everything it wrote is in
+// AuditLines and Stderr: for checks that must see every line.
+func (p *Proxy) StopAndFlush(t testing.TB) {
+	p.Stop(t)
+	<-p.scanned
+}
+
 // Stderr returns what the proxy wrote to stderr so far.
 func (p *Proxy) Stderr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stderr.String()
+}
+
+// WaitStderr waits up to 10s for the proxy's stderr to contain substr
+// (lines reach Stderr through a pipe, a little after they are written)
+// and reports whether it did.
+func (p *Proxy) WaitStderr(substr string) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.Stderr(), substr) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 // AuditLines returns the raw audit lines written so far.
