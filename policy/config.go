@@ -16,6 +16,11 @@ import (
 	"time"
 )
 
+// DNSAvailable says whether this build serves listen.dns. Until the DNS
+// filter is wired into airlock run, a configured listener is refused
+// rather than silently not served.
+const DNSAvailable = false
+
 // Defaults for keys a file leaves out.
 const (
 	DefaultProxyAddr     = "127.0.0.1:3128"
@@ -74,8 +79,24 @@ func (c *Config) validate(d *decoder) {
 	if c.Listen.Proxy == "" {
 		c.Listen.Proxy = DefaultProxyAddr
 	}
-	if c.Listen.DNS != "" {
+	if c.Listen.DNS != "" && !DNSAvailable {
 		d.errorfAt(c.Listen.Pos, "listen.dns", "the DNS filter is not available in this version; remove the key")
+	}
+	switch c.DNS.Mode {
+	case "":
+		c.DNS.Mode = "forward"
+	case "forward":
+	case "synthetic":
+		if len(c.DNS.Answer) == 0 {
+			d.errorfAt(c.DNS.Pos, "dns.answer", "synthetic mode answers allowed names with Airlock's own address: list it (as the sandbox reaches it)")
+		}
+	default:
+		d.errorfAt(c.DNS.Pos, "dns.mode", "%q: expected forward or synthetic", c.DNS.Mode)
+	}
+	for i, a := range c.DNS.Answer {
+		if !a.IsSingleIP() {
+			d.errorfAt(c.DNS.Pos, fmt.Sprintf("dns.answer[%d]", i), "%s: give single addresses, not ranges", a.Prefix)
+		}
 	}
 	if c.Mode == "" {
 		c.Mode = Enforce
@@ -141,6 +162,9 @@ func (c *Config) validate(d *decoder) {
 				}
 				if r.Credential != "" {
 					c.checkRuleCredential(d, r, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), kind)
+				}
+				if len(r.DNSTypes) > 0 && kind != "allow" {
+					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d].dns_types", name, kind, i), "only allow rules open DNS record types")
 				}
 				if r.Host.Host.IsZero() {
 					d.errorfAt(r.Pos, fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), "a rule needs a host")

@@ -131,7 +131,7 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "top level",
 			src:  lines("mode: enforce", "listne:", "  proxy: 127.0.0.1:3128"),
-			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, credentials, audit"}},
+			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, dns, credentials, audit"}},
 		},
 		{
 			name: "in a policy",

@@ -62,6 +62,7 @@ type ruleSet struct {
 type compiledRule struct {
 	id         string // "policies.NAME.allow[i]"
 	deny       bool   // deny rules match paths loosely (see segmentEqual)
+	dnsTypes   DNSTypeSet
 	credential string
 	ports      []uint16
 	methods    []string
@@ -172,6 +173,9 @@ func compilePolicy(name string, spec *PolicySpec, defaultPorts []uint16) *Policy
 	add := func(kind string, rules []Rule) {
 		for i, r := range rules {
 			cr := &compiledRule{id: fmt.Sprintf("policies.%s.%s[%d]", name, kind, i), deny: kind == "deny", credential: r.Credential}
+			for _, t := range r.DNSTypes {
+				cr.dnsTypes |= dnsTypeBits[t]
+			}
 			for _, port := range r.Ports {
 				cr.ports = append(cr.ports, uint16(port))
 			}
@@ -456,4 +460,89 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - 'a' + 10
+}
+
+// DNSTypeSet is a set of the DNS record types rules can opt into.
+type DNSTypeSet uint8
+
+// Record types rules may open with dns_types.
+const (
+	DNSTypeTXT DNSTypeSet = 1 << iota
+	DNSTypeMX
+	DNSTypeSRV
+)
+
+var dnsTypeBits = map[DNSType]DNSTypeSet{"TXT": DNSTypeTXT, "MX": DNSTypeMX, "SRV": DNSTypeSRV}
+
+// NameDecision is the outcome of DecideName.
+type NameDecision struct {
+	Allow  bool
+	Reason Reason
+	Rule   string // the deciding rule's config path; "" when none matched
+	// Wildcard is set when only wildcard rules allow the name: it was
+	// chosen by whoever asks, so it can carry data (DNS exfiltration
+	// checks apply). An exactly named host cannot.
+	Wildcard bool
+	// Types are the record types beyond A, AAAA, CNAME, HTTPS and SVCB
+	// that the matching allow rules open.
+	Types DNSTypeSet
+}
+
+// DecideName decides whether a DNS name may be resolved for a sandbox:
+// when an allow rule names it (on any port) and no deny rule for every
+// port does. Deny rules limited to ports, methods or paths leave the name
+// resolvable; the proxy enforces them per connection. It never allocates.
+// A nil Policy denies everything.
+func (p *Policy) DecideName(h Host) NameDecision {
+	if p == nil {
+		return NameDecision{Reason: NoPolicy}
+	}
+	if h.IsLocalhost() {
+		return NameDecision{Reason: AddressBlocked}
+	}
+	var d NameDecision
+	exact := false
+	add := func(set *ruleSet, isExact bool) bool {
+		if set == nil {
+			return false
+		}
+		for _, r := range set.deny {
+			if r.ports == nil && !r.l7() {
+				d = NameDecision{Reason: DeniedByRule, Rule: r.id}
+				return true
+			}
+		}
+		for _, r := range set.allow {
+			if !d.Allow {
+				d.Allow, d.Reason, d.Rule = true, Allowed, r.id
+			}
+			exact = exact || isExact
+			d.Types |= r.dnsTypes
+		}
+		return false
+	}
+	if h.IsIP() {
+		if add(p.ips[h.Addr()], true) {
+			return d
+		}
+	} else {
+		name := h.Name()
+		if add(p.exact[name], true) {
+			return d
+		}
+		for i := strings.IndexByte(name, '.'); i >= 0; i = strings.IndexByte(name, '.') {
+			name = name[i+1:]
+			if len(name) <= int(h.suffix) {
+				break
+			}
+			if add(p.wild[name], false) {
+				return d
+			}
+		}
+	}
+	if !d.Allow {
+		return NameDecision{Reason: HostNotAllowed}
+	}
+	d.Wildcard = !exact
+	return d
 }

@@ -651,3 +651,50 @@ policies:
 		t.Errorf("GET /public;v=1/readme: %+v, want allowed", got)
 	}
 }
+
+func TestDecideName(t *testing.T) {
+	p := defaultPolicy(t, `
+policies:
+  default:
+    allow:
+      - host: api.example.com
+        ports: [443]
+      - host: "*.files.example.com"
+        dns_types: [TXT]
+      - host: mail.example.com
+        dns_types: [MX, SRV]
+      - host: blocked.example.com
+      - host: partly.example.com
+    deny:
+      - host: blocked.example.com
+      - host: partly.example.com
+        ports: [22]
+`)
+	cases := []struct {
+		name     string
+		allow    bool
+		wildcard bool
+		types    DNSTypeSet
+		reason   Reason
+	}{
+		{"api.example.com", true, false, 0, Allowed},
+		{"API.Example.COM.", true, false, 0, Allowed},
+		{"a.b.files.example.com", true, true, DNSTypeTXT, Allowed},
+		{"files.example.com", false, false, 0, HostNotAllowed},
+		{"mail.example.com", true, false, DNSTypeMX | DNSTypeSRV, Allowed},
+		{"blocked.example.com", false, false, 0, DeniedByRule},
+		{"partly.example.com", true, false, 0, Allowed}, // a port-limited deny leaves the name resolvable
+		{"evil.test", false, false, 0, HostNotAllowed},
+		{"localhost", false, false, 0, AddressBlocked},
+	}
+	for _, tc := range cases {
+		d := p.DecideName(mustHost(t, tc.name))
+		if d.Allow != tc.allow || d.Wildcard != tc.wildcard || d.Types != tc.types || d.Reason != tc.reason {
+			t.Errorf("DecideName(%s) = %+v", tc.name, d)
+		}
+	}
+	h := mustHost(t, "a.b.files.example.com")
+	if n := testing.AllocsPerRun(100, func() { p.DecideName(h) }); n != 0 {
+		t.Errorf("DecideName allocates %v times", n)
+	}
+}

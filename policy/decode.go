@@ -62,7 +62,6 @@ type decoder struct {
 // versions implement: refused with a message that says so, not as typos.
 var laterKeys = map[string]string{
 	"auth": "session-token authentication",
-	"dns":  "the DNS filter",
 }
 
 // nodeDecoder is implemented by config types that parse and validate their
@@ -157,6 +156,13 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			return
 		}
 		v.SetInt(i)
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(n.Value, 64)
+		if !(isScalar(n, "!!float") || isScalar(n, "!!int")) || err != nil || f < 0 {
+			d.errorf(n, path, "expected a number, got %s", describe(n))
+			return
+		}
+		v.SetFloat(f)
 	default:
 		// A programming error in the schema, not in the file.
 		panic("policy: cannot decode YAML into " + v.Type().String())

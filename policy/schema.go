@@ -22,6 +22,7 @@ type Config struct {
 	Limits    Limits                 `yaml:"limits"`
 	Policies  map[string]*PolicySpec `yaml:"policies"`
 	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
+	DNS DNSSpec `yaml:"dns"`
 	// Credentials are what Airlock injects into allowed requests, by name;
 	// a rule's credential field refers to one.
 	Credentials map[string]*CredentialSpec `yaml:"credentials"`
@@ -38,7 +39,7 @@ type Config struct {
 // Listen holds the listener addresses, each "host:port".
 type Listen struct {
 	Proxy ListenAddr `yaml:"proxy"` // HTTP proxy; default 127.0.0.1:3128
-	DNS   ListenAddr `yaml:"dns"`   // DNS listener; must be empty until dnsfilter lands
+	DNS   ListenAddr `yaml:"dns"`   // DNS listener (UDP and TCP); empty = none
 	Admin ListenAddr `yaml:"admin"` // /healthz and /readyz; empty = off
 	Pos   position
 }
@@ -110,6 +111,9 @@ type Rule struct {
 	Ports   []Port        `yaml:"ports"`   // allow: default network.ports; deny: any port
 	Methods []Method      `yaml:"methods"` // omitted = any
 	Paths   []PathPattern `yaml:"paths"`   // omitted = any
+	// DNSTypes opts the rule's names into DNS record types beyond A,
+	// AAAA, CNAME, HTTPS and SVCB: TXT, MX or SRV (allow rules only).
+	DNSTypes []DNSType `yaml:"dns_types"`
 	// Credential names an entry of credentials to inject into requests
 	// this allow rule admits (allow rules only). The host must be one the
 	// credential is bound to. Requests are intercepted to inject it.
@@ -529,4 +533,44 @@ func multiTenantParent(name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// DNSSpec configures the DNS listener (listen.dns).
+type DNSSpec struct {
+	// Mode is "forward" (default: allowed names are resolved upstream) or
+	// "synthetic" (allowed names are answered with Answer; nothing leaves).
+	Mode string `yaml:"mode"`
+	// Answer holds the addresses synthetic mode answers with: where the
+	// sandbox reaches Airlock. Required in synthetic mode.
+	Answer []Prefix `yaml:"answer"`
+	// Exfil holds the exfiltration detector's thresholds; zero fields
+	// take the detector's documented defaults.
+	Exfil ExfilSpec `yaml:"exfil"`
+	Pos   position
+}
+
+// ExfilSpec holds the DNS exfiltration detector's thresholds (see
+// dnsfilter.ExfilConfig for the defaults and the reasoning behind them).
+type ExfilSpec struct {
+	MaxNameLen    int           `yaml:"max_name_len"`
+	MaxLabelLen   int           `yaml:"max_label_len"`
+	EntropyMinLen int           `yaml:"entropy_min_len"`
+	EntropyBits   float64       `yaml:"entropy_bits"`
+	Window        time.Duration `yaml:"window"`
+	MaxNewNames   int           `yaml:"max_new_names"`
+	MaxNewBytes   int           `yaml:"max_new_bytes"`
+	QPS           float64       `yaml:"qps"`
+	Burst         int           `yaml:"burst"`
+}
+
+// DNSType is a DNS record type a rule opts into: TXT, MX or SRV.
+type DNSType string
+
+func (t *DNSType) decodeNode(d *decoder, n *yaml.Node, path string) {
+	switch v := strings.ToUpper(n.Value); {
+	case isScalar(n, "!!str") && (v == "TXT" || v == "MX" || v == "SRV"):
+		*t = DNSType(v)
+	default:
+		d.errorf(n, path, "expected TXT, MX or SRV (A, AAAA, CNAME, HTTPS and SVCB are always answered), got %s", describe(n))
+	}
 }
