@@ -22,7 +22,7 @@ type Config struct {
 	Limits    Limits                 `yaml:"limits"`
 	Policies  map[string]*PolicySpec `yaml:"policies"`
 	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
-	DNS DNSSpec `yaml:"dns"`
+	DNS       DNSSpec                `yaml:"dns"`
 	// Credentials are what Airlock injects into allowed requests, by name;
 	// a rule's credential field refers to one.
 	Credentials map[string]*CredentialSpec `yaml:"credentials"`
