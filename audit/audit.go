@@ -27,6 +27,7 @@ import (
 const (
 	KindRequest = "http.request" // one HTTP request forwarded or refused
 	KindTunnel  = "tunnel"       // one CONNECT tunnel, written when it closes or is refused
+	KindDNS     = "dns.query"    // one DNS query to the sandbox resolver
 )
 
 // Event is one audit record. Zero-valued optional fields are left out of
@@ -64,6 +65,15 @@ type Event struct {
 	// CloseReason says why an allowed tunnel ended: "closed" (either side
 	// closed or failed), "idle_timeout" or "shutdown"; empty otherwise.
 	CloseReason string
+
+	// DNS queries (KindDNS): Host is the question name (written as
+	// dns.question.name), QType its type ("A", "TXT"), RCode the answer's
+	// response code ("NOERROR", "REFUSED"), Answers the answer count and
+	// UpstreamDuration the time the upstream took, if asked.
+	QType            string
+	RCode            string
+	Answers          int
+	UpstreamDuration time.Duration
 }
 
 // Logger writes Events as JSON lines. It is safe for concurrent use: each
@@ -115,6 +125,26 @@ func (l *Logger) Log(e *Event) {
 		Str("reason", e.Reason)
 	if e.Client.IsValid() {
 		ev = ev.Str("client.address", e.Client.Addr().Unmap().String()).Uint16("client.port", e.Client.Port())
+	}
+	if e.Kind == KindDNS {
+		ev.Str("dns.question.name", e.Host).
+			Str("dns.question.type", e.QType).
+			Str("dns.response_code", e.RCode).
+			Int("dns.answers", e.Answers)
+		if e.Rule != "" {
+			ev = ev.Str("rule", e.Rule)
+		}
+		if e.ErrorType != "" {
+			ev = ev.Str("error.type", e.ErrorType)
+		}
+		if e.Alert != "" {
+			ev = ev.Str("alert", e.Alert).Str("severity", "high")
+		}
+		if e.UpstreamDuration > 0 {
+			ev = ev.Float64("upstream_ms", float64(e.UpstreamDuration.Microseconds())/1000)
+		}
+		ev.Float64("duration_ms", float64(e.Duration.Microseconds())/1000).Send()
+		return
 	}
 	ev = ev.Str("http.request.method", e.Method)
 	if e.Scheme != "" {
