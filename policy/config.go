@@ -16,11 +16,6 @@ import (
 	"time"
 )
 
-// DNSAvailable says whether this build serves listen.dns. Until the DNS
-// filter is wired into airlock run, a configured listener is refused
-// rather than silently not served.
-const DNSAvailable = false
-
 // Defaults for keys a file leaves out.
 const (
 	DefaultProxyAddr     = "127.0.0.1:3128"
@@ -78,9 +73,6 @@ var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 func (c *Config) validate(d *decoder) {
 	if c.Listen.Proxy == "" {
 		c.Listen.Proxy = DefaultProxyAddr
-	}
-	if c.Listen.DNS != "" && !DNSAvailable {
-		d.errorfAt(c.Listen.Pos, "listen.dns", "the DNS filter is not available in this version; remove the key")
 	}
 	switch c.DNS.Mode {
 	case "":

@@ -400,12 +400,6 @@ func TestParseRejectsFeaturesOfLaterVersions(t *testing.T) {
 			src:  lines("mode: Enforce"),
 			want: []wantErr{{1, 7, "mode", `expected enforce, got str "Enforce"`}},
 		},
-		{
-			// The error points at the listen mapping, where the key lives.
-			name: "DNS listener",
-			src:  lines("listen:", "  proxy: 127.0.0.1:3128", "  dns: 127.0.0.1:5353"),
-			want: []wantErr{{2, 3, "listen.dns", "the DNS filter is not available in this version; remove the key"}},
-		},
 	})
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/certs"
+	"github.com/airlockhq/airlock/dnsfilter"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/proxy"
 )
@@ -170,7 +171,34 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	dnsDone := make(chan struct{})
+	if cfg.Listen.DNS != "" {
+		ds, err := dnsfilter.New(cfg, dnsfilter.Options{Audit: alog, ErrorLog: errlog})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		ready := make(chan struct{})
+		go func() {
+			defer close(dnsDone)
+			err := ds.Serve(ctx, string(cfg.Listen.DNS), func(udp, tcp net.Addr) {
+				errlog.Info("dns listening", "udp", udp.String(), "tcp", tcp.String(), "mode", cfg.DNS.Mode)
+				close(ready)
+			})
+			if err != nil {
+				serveErr <- err
+			}
+		}()
+		select {
+		case <-ready:
+		case err := <-serveErr:
+			ln.Close()
+			return err
+		}
+	} else {
+		close(dnsDone)
+	}
 	go func() { serveErr <- hs.Serve(ln) }()
 	errlog.Info("airlock listening", "addr", ln.Addr().String(), "config", cfg.String(), "version", version)
 
@@ -191,6 +219,8 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 	if err := srv.Shutdown(sctx); err != nil {
 		errlog.Warn("tunnels still open at exit", "error", err)
 	}
+	stop() // ends the DNS listener too
+	<-dnsDone
 	return nil
 }
 

@@ -66,6 +66,7 @@ func SharedDir() string { return filepath.Join(moduleRoot(), "..", "shared") }
 // Proxy is a running airlock binary.
 type Proxy struct {
 	Addr     string // "127.0.0.1:PORT" of the proxy listener
+	DNSAddr  string // "127.0.0.1:PORT" of the DNS listener, when listen.dns is set
 	StateDir string // --state-dir given by StartProxy
 
 	cmd     *exec.Cmd
@@ -93,7 +94,10 @@ func StartProxy(t testing.TB, config string, extra ...string) *Proxy {
 	return p
 }
 
-var listeningRE = regexp.MustCompile(`msg="airlock listening" addr=(\S+)`)
+var (
+	listeningRE = regexp.MustCompile(`msg="airlock listening" addr=(\S+)`)
+	dnsRE       = regexp.MustCompile(`msg="dns listening" udp=(\S+)`)
+)
 
 // StartProxyArgs runs the airlock binary with args (which must start the
 // proxy) and waits for its listening line.
@@ -120,6 +124,11 @@ func StartProxyArgs(t testing.TB, args ...string) *Proxy {
 			p.mu.Lock()
 			p.stderr.WriteString(line + "\n")
 			p.mu.Unlock()
+			if m := dnsRE.FindStringSubmatch(line); m != nil {
+				p.mu.Lock()
+				p.DNSAddr = m[1]
+				p.mu.Unlock()
+			}
 			if m := listeningRE.FindStringSubmatch(line); m != nil {
 				select {
 				case addr <- m[1]:
