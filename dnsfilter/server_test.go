@@ -25,7 +25,7 @@ type upstream struct {
 	answers map[string][]dns.RR // "name. TYPE" -> records
 }
 
-func newUpstream(t *testing.T, records ...string) *upstream {
+func newUpstream(t testing.TB, records ...string) *upstream {
 	t.Helper()
 	u := &upstream{answers: map[string][]dns.RR{}}
 	for _, r := range records {
@@ -78,7 +78,7 @@ func (u *upstream) asked() []*dns.Msg {
 
 // startFilter runs a Server for cfgYAML (resolving through up) on
 // loopback and returns its address.
-func startFilter(t *testing.T, cfgYAML string, up *upstream) string {
+func startFilter(t testing.TB, cfgYAML string, up *upstream) string {
 	t.Helper()
 	cfg, err := policy.Parse("t.yaml", []byte(cfgYAML))
 	if err != nil {
