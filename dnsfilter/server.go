@@ -17,8 +17,11 @@
 //
 // Record types A, AAAA, CNAME, HTTPS and SVCB are answered; TXT, MX and
 // SRV only where a rule opts in (dns_types); everything else, ANY and zone
-// transfers included, is refused. The package never resolves names for
-// anything but the query in hand and never logs record data.
+// transfers included, is refused. Answers are cached for their TTL
+// (clamped), identical questions in flight share one upstream query, and
+// cached answers pass the rebinding filter again. The package never
+// resolves names for anything but the query in hand and never logs record
+// data.
 package dnsfilter
 
 import (
@@ -64,6 +67,7 @@ type Server struct {
 	log       *audit.Logger
 	errlog    *slog.Logger
 	det       *Detector
+	cache     *Cache
 	upstreams []string // host:port
 	udp, tcp  *dns.Client
 }
@@ -84,6 +88,7 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 		log:    opts.Audit,
 		errlog: opts.ErrorLog,
 		det:    NewDetector(exfilConfig(cfg.DNS.Exfil)),
+		cache:  NewCache(0, 0, 0),
 		udp:    &dns.Client{Net: "udp", Timeout: UpstreamTimeout, UDPSize: MaxUDPSize},
 		tcp:    &dns.Client{Net: "tcp", Timeout: UpstreamTimeout},
 	}
@@ -231,8 +236,10 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		return synthetic(req, q, cfg.DNS.Answer)
 	}
 	upstart := time.Now()
-	up, err := s.forward(q)
-	ev.UpstreamDuration = time.Since(upstart)
+	up, cached, err := s.cache.Resolve(q, upstart, func() (*dns.Msg, error) { return s.forward(q) })
+	if !cached {
+		ev.UpstreamDuration = time.Since(upstart)
+	}
 	if err != nil {
 		ev.Decision = "allow"
 		if errors.Is(err, errMismatch) {
@@ -243,6 +250,7 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		s.errlog.Debug("dns: upstream", "error", err)
 		return reply(req, dns.RcodeServerFailure)
 	}
+	// Cached answers too: the address rules may have changed since.
 	if a, bad := blockedAddr(up, cfg.AddressRules()); bad {
 		ev.Reason = reasonRebinding
 		s.errlog.Info("dns: answer held a blocked address", "sandbox", sb.Name, "dns.question.name", ev.Host, "address", a.String())

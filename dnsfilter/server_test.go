@@ -80,6 +80,12 @@ func (u *upstream) asked() []*dns.Msg {
 // loopback and returns its address.
 func startFilter(t testing.TB, cfgYAML string, up *upstream) string {
 	t.Helper()
+	return startFilterLog(t, cfgYAML, up, io.Discard)
+}
+
+// startFilterLog is startFilter writing audit lines to log.
+func startFilterLog(t testing.TB, cfgYAML string, up *upstream, log io.Writer) string {
+	t.Helper()
 	cfg, err := policy.Parse("t.yaml", []byte(cfgYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +94,7 @@ func startFilter(t testing.TB, cfgYAML string, up *upstream) string {
 	if up != nil {
 		ups = []string{up.addr}
 	}
-	s, err := New(cfg, Options{Audit: audit.New(io.Discard), Upstreams: ups})
+	s, err := New(cfg, Options{Audit: audit.New(log), Upstreams: ups})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +324,8 @@ func TestEncodedLabelsUnderWildcardsAreRefusedBeforeForwarding(t *testing.T) {
 func TestTheHundredAndFirstNewNameIsRefused(t *testing.T) {
 	up := newUpstream(t)
 	// A rate limit high enough not to be what refuses.
-	addr := startFilter(t, testPolicy+"dns:\n  exfil: {qps: 10000, burst: 10000}\n", up)
+	var log syncBuffer
+	addr := startFilterLog(t, testPolicy+"dns:\n  exfil: {qps: 10000, burst: 10000}\n", up, &log)
 	for i := 1; i <= 100; i++ {
 		if r := ask(t, addr, fmt.Sprintf("host%d.wild.test", i), dns.TypeA, "udp", true); r.Rcode == dns.RcodeRefused {
 			t.Fatalf("name %d refused", i)
@@ -329,5 +336,44 @@ func TestTheHundredAndFirstNewNameIsRefused(t *testing.T) {
 	}
 	if r := ask(t, addr, "api.allowed.test", dns.TypeA, "udp", true); r.Rcode == dns.RcodeRefused {
 		t.Error("an exact name was refused with the wildcard domain")
+	}
+	// The audit line follows the answer: give it a moment.
+	for i := 0; i < 100 && !strings.Contains(log.String(), "dns_exfiltration"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	alerts := strings.Count(log.String(), `"alert":"dns_exfiltration"`)
+	if alerts != 1 || !strings.Contains(log.String(), `"severity":"high"`) {
+		t.Errorf("%d exfiltration alert lines, want 1", alerts)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestRepeatedQueriesAreAnsweredFromTheCache(t *testing.T) {
+	up := newUpstream(t, "api.allowed.test. 300 IN A 203.0.113.7")
+	addr := startFilter(t, testPolicy, up)
+	for range 5 {
+		if r := ask(t, addr, "api.allowed.test", dns.TypeA, "udp", true); len(r.Answer) != 1 {
+			t.Fatal(r)
+		}
+	}
+	if n := len(up.asked()); n != 1 {
+		t.Errorf("upstream asked %d times for 5 queries, want 1", n)
 	}
 }
