@@ -258,13 +258,26 @@ func NewDetector(cfg ExfilConfig) *Detector {
 // then (exact names cannot carry data); the rate limit applies to every
 // query. now is the query time (tests pass their own clock).
 func (d *Detector) Check(client netip.Addr, sandbox, name string, wildcard bool, now time.Time) Verdict {
-	nowN := now.UnixNano()
-	if !d.allowRate(client, nowN) {
+	if !d.AllowRate(client, now) {
 		return Verdict{Refuse: true, Reason: exfilReasonRateLimited}
 	}
 	if !wildcard {
 		return Verdict{}
 	}
+	return d.CheckData(sandbox, name, now)
+}
+
+// AllowRate charges one query to client's token bucket and reports
+// whether it was within the rate (Check's first step; the server calls it
+// before deciding, so refused names are rate limited too).
+func (d *Detector) AllowRate(client netip.Addr, now time.Time) bool {
+	return d.allowRate(client, now.UnixNano())
+}
+
+// CheckData applies the per-name checks and the domain quotas to a name
+// that can carry data (Check's second step, without the rate limit).
+func (d *Detector) CheckData(sandbox, name string, now time.Time) Verdict {
+	nowN := now.UnixNano()
 	// Defensive canonicalisation; both are free for canonical names.
 	name = strings.TrimSuffix(name, ".")
 	name = strings.ToLower(name)

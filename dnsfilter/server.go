@@ -20,8 +20,8 @@
 // transfers included, is refused. Answers are cached for their TTL
 // (clamped), identical questions in flight share one upstream query, and
 // cached answers pass the rebinding filter again. The package never
-// resolves names for anything but the query in hand and never logs record
-// data.
+// resolves names for anything but the query in hand, and logs no record
+// data but the blocked address that made it empty an answer.
 package dnsfilter
 
 import (
@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/netutil"
 
 	"github.com/airlockhq/airlock/audit"
 	"github.com/airlockhq/airlock/policy"
@@ -44,6 +45,10 @@ import (
 // MaxUDPSize is the largest UDP answer Airlock sends, whatever the client
 // advertises: the DNS Flag Day 2020 size, which avoids IP fragmentation.
 const MaxUDPSize = 1232
+
+// MaxTCPConns bounds the TCP connections served at once; more wait to be
+// accepted. Idle ones close after 10 seconds.
+const MaxTCPConns = 256
 
 // UpstreamTimeout bounds one upstream exchange.
 const UpstreamTimeout = 5 * time.Second
@@ -137,7 +142,7 @@ func (s *Server) Serve(ctx context.Context, addr string, ready func(udp, tcp net
 		return fmt.Errorf("dns: listen tcp %s: %w", addr, err)
 	}
 	us := &dns.Server{PacketConn: pc, Handler: s, ReadTimeout: 2 * time.Second}
-	ts := &dns.Server{Listener: ln, Handler: s, ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }}
+	ts := &dns.Server{Listener: netutil.LimitListener(ln, MaxTCPConns), Handler: s, ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }}
 	errc := make(chan error, 2)
 	go func() { errc <- us.ActivateAndServe() }()
 	go func() { errc <- ts.ActivateAndServe() }()
@@ -199,14 +204,28 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		return refused(req, dns.ExtendedErrorCodeProhibited, "only class IN is answered")
 	}
 
-	// Service labels (_https._tcp.) are decided on the name they serve.
-	base := ev.Host
+	if !s.det.AllowRate(client, time.Now()) {
+		// Charged before the decision, so refused names cost too.
+		ev.Reason = "rate_limited"
+		return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock: rate_limited")
+	}
+	// A presentation-format escape (\. or \000) never belongs in a host
+	// name, and would make the labels differ from the text's dots.
+	if strings.ContainsRune(q.Name, '\\') {
+		ev.Reason = reasonBadName
+		return refused(req, dns.ExtendedErrorCodeProhibited, "not a host name")
+	}
+	// Service labels (_https._tcp.) are decided on the name they serve:
+	// at most two, each a service name of RFC 6335 §5.1 (1 to 15 letters,
+	// digits and hyphens).
+	base, service := ev.Host, 0
 	for strings.HasPrefix(base, "_") {
-		_, rest, ok := strings.Cut(base, ".")
-		if !ok {
-			break
+		label, rest, ok := strings.Cut(base, ".")
+		if !ok || service == 2 || !serviceLabel(label[1:]) {
+			ev.Reason = reasonBadName
+			return refused(req, dns.ExtendedErrorCodeProhibited, "not a host name")
 		}
-		base = rest
+		base, service = rest, service+1
 	}
 	h, err := policy.ParseHost(base)
 	if err != nil || h.IsIP() {
@@ -223,14 +242,17 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		ev.Reason = reasonBadType
 		return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock does not answer "+ev.QType+" for this name")
 	}
-	if v := s.det.Check(client, sb.Name, ev.Host, d.Wildcard, time.Now()); v.Refuse {
-		ev.Reason = v.Reason
-		if v.Alert {
-			ev.Alert = "dns_exfiltration"
+	// Names chosen by the asker can carry data: those under wildcard rules,
+	// and service labels in front of any name.
+	if d.Wildcard || service > 0 {
+		if v := s.det.CheckData(sb.Name, ev.Host, time.Now()); v.Refuse {
+			ev.Reason = v.Reason
+			if v.Alert {
+				ev.Alert = "dns_exfiltration"
+			}
+			return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock: "+v.Reason)
 		}
-		return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock: "+v.Reason)
 	}
-
 	if cfg.DNS.Mode == "synthetic" {
 		ev.Decision, ev.Reason = "allow", string(policy.Allowed)
 		return synthetic(req, q, cfg.DNS.Answer)
@@ -259,7 +281,13 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		return m
 	}
 	ev.Decision, ev.Reason = "allow", string(policy.Allowed)
-	m := reply(req, up.Rcode)
+	rcode := up.Rcode
+	if rcode > 0xF {
+		// Extended codes need the upstream's OPT, which is never passed
+		// on: answer SERVFAIL rather than a code the client cannot read.
+		rcode = dns.RcodeServerFailure
+	}
+	m := reply(req, rcode)
 	m.Answer, m.Ns = up.Answer, up.Ns
 	for _, rr := range up.Extra {
 		if rr.Header().Rrtype != dns.TypeOPT {
@@ -267,6 +295,21 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		}
 	}
 	return m
+}
+
+// serviceLabel reports whether s (a label without its leading "_") is a
+// service name (RFC 6335 §5.1): 1 to 15 letters, digits and hyphens.
+func serviceLabel(s string) bool {
+	if len(s) == 0 || len(s) > 15 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // typeAllowed says whether qtype is answered: A, AAAA, CNAME, HTTPS and

@@ -377,3 +377,78 @@ func TestRepeatedQueriesAreAnsweredFromTheCache(t *testing.T) {
 		t.Errorf("upstream asked %d times for 5 queries, want 1", n)
 	}
 }
+
+// Service labels are the asker's to choose, so they count as carried data
+// even in front of an exactly allowed name; escapes are refused outright.
+func TestServiceLabelsAndEscapesCannotCarryData(t *testing.T) {
+	up := newUpstream(t)
+	var log syncBuffer
+	addr := startFilterLog(t, testPolicy+"dns:\n  exfil: {qps: 10000, burst: 10000}\n", up, &log)
+	for _, name := range []string{
+		`_x\.api.allowed.test`,                        // an escaped dot
+		`_a\000b._tcp.txt.allowed.test`,               // a NUL byte
+		"_0123456789abcdef0123._tcp.txt.allowed.test", // longer than a service name
+		"_a._b._c.txt.allowed.test",                   // three service labels
+	} {
+		if r := ask(t, addr, name, dns.TypeTXT, "udp", true); r.Rcode != dns.RcodeRefused {
+			t.Errorf("%s: %s", name, dns.RcodeToString[r.Rcode])
+		}
+	}
+	if n := len(up.asked()); n != 0 {
+		t.Fatalf("refused names reached the upstream: %d", n)
+	}
+	// Many distinct service names under one exact name hit the quota.
+	refused := 0
+	for i := range 150 {
+		r := ask(t, addr, fmt.Sprintf("_s%d._tcp.txt.allowed.test", i), dns.TypeTXT, "udp", true)
+		if r.Rcode == dns.RcodeRefused {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("150 new service names under one exact name were all answered")
+	}
+	if r := ask(t, addr, "_https._tcp.txt.allowed.test", dns.TypeTXT, "udp", true); r.Rcode == dns.RcodeRefused && refused == 0 {
+		t.Error("an ordinary service name was refused")
+	}
+}
+
+func TestDeniedNamesAreRateLimitedToo(t *testing.T) {
+	var log syncBuffer
+	addr := startFilterLog(t, testPolicy+"dns:\n  exfil: {qps: 1, burst: 5}\n", newUpstream(t), &log)
+	for range 20 {
+		if r := ask(t, addr, "evil.test", dns.TypeA, "udp", true); r.Rcode != dns.RcodeRefused {
+			t.Fatalf("%s", dns.RcodeToString[r.Rcode])
+		}
+	}
+	for i := 0; i < 100 && strings.Count(log.String(), "\n") < 20; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A burst of 5, then about one a second: most of the 20 are rate
+	// limited before the policy is even asked.
+	if n := strings.Count(log.String(), `"reason":"rate_limited"`); n < 10 {
+		t.Errorf("%d of 20 quick queries for a denied name were rate limited", n)
+	}
+}
+
+func TestExtendedUpstreamRcodesBecomeServfail(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeBadVers)
+		m.SetEdns0(1232, false)
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	defer srv.Shutdown()
+	addr := startFilter(t, testPolicy, &upstream{addr: pc.LocalAddr().String()})
+	m := new(dns.Msg)
+	m.SetQuestion("api.allowed.test.", dns.TypeA) // no EDNS
+	r, _, err := (&dns.Client{Net: "udp", Timeout: 5 * time.Second}).Exchange(m, addr)
+	if err != nil || r.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("%v %v", r, err)
+	}
+}
