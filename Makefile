@@ -25,12 +25,14 @@ lint:
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
 fuzz:
-	@for t in $$($(GO) test ./policy -list 'Fuzz.*' | grep ^Fuzz); do \
-		echo "== $$t"; $(GO) test ./policy -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for p in ./policy ./dnsfilter; do \
+		for t in $$($(GO) test $$p -list 'Fuzz.*' | grep ^Fuzz); do \
+			echo "== $$p $$t"; $(GO) test $$p -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
 	done
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./policy ./proxy
+	$(GO) test -run '^$$' -bench . -benchmem ./policy ./certs ./proxy ./dnsfilter
 
 clean:
 	rm -rf bin
