@@ -126,63 +126,43 @@ func (l *Logger) Log(e *Event) {
 	if e.Client.IsValid() {
 		ev = ev.Str("client.address", e.Client.Addr().Unmap().String()).Uint16("client.port", e.Client.Port())
 	}
+	opt := func(k, v string) {
+		if v != "" {
+			ev = ev.Str(k, v)
+		}
+	}
 	if e.Kind == KindDNS {
-		ev.Str("dns.question.name", e.Host).
+		ev = ev.Str("dns.question.name", e.Host).
 			Str("dns.question.type", e.QType).
 			Str("dns.response_code", e.RCode).
 			Int("dns.answers", e.Answers)
-		if e.Rule != "" {
-			ev = ev.Str("rule", e.Rule)
-		}
-		if e.ErrorType != "" {
-			ev = ev.Str("error.type", e.ErrorType)
-		}
-		if e.Alert != "" {
-			ev = ev.Str("alert", e.Alert).Str("severity", "high")
-		}
 		if e.UpstreamDuration > 0 {
 			ev = ev.Float64("upstream_ms", float64(e.UpstreamDuration.Microseconds())/1000)
 		}
-		ev.Float64("duration_ms", float64(e.Duration.Microseconds())/1000).Send()
-		return
+	} else {
+		ev = ev.Str("http.request.method", e.Method)
+		opt("url.scheme", e.Scheme)
+		ev = ev.Str("server.address", e.Host).Uint16("server.port", e.Port)
+		opt("url.path", e.Path)
+		opt("url.query", e.Query)
+		if e.Status != 0 {
+			ev = ev.Int("http.response.status_code", e.Status)
+		}
+		if e.Peer.IsValid() {
+			ev = ev.Str("network.peer.address", e.Peer.Unmap().String())
+		}
+		opt("close_reason", e.CloseReason)
+		opt("credential", e.Credential)
+		ev = ev.Bool("intercepted", e.Intercepted).
+			Int64("bytes_sent", e.BytesSent).
+			Int64("bytes_received", e.BytesReceived)
 	}
-	ev = ev.Str("http.request.method", e.Method)
-	if e.Scheme != "" {
-		ev = ev.Str("url.scheme", e.Scheme)
-	}
-	ev = ev.Str("server.address", e.Host).Uint16("server.port", e.Port)
-	if e.Path != "" {
-		ev = ev.Str("url.path", e.Path)
-	}
-	if e.Query != "" {
-		ev = ev.Str("url.query", e.Query)
-	}
-	if e.Status != 0 {
-		ev = ev.Int("http.response.status_code", e.Status)
-	}
-	if e.Rule != "" {
-		ev = ev.Str("rule", e.Rule)
-	}
-	if e.Peer.IsValid() {
-		ev = ev.Str("network.peer.address", e.Peer.Unmap().String())
-	}
-	if e.ErrorType != "" {
-		ev = ev.Str("error.type", e.ErrorType)
-	}
-	if e.CloseReason != "" {
-		ev = ev.Str("close_reason", e.CloseReason)
-	}
-	if e.Credential != "" {
-		ev = ev.Str("credential", e.Credential)
-	}
+	opt("rule", e.Rule)
+	opt("error.type", e.ErrorType)
 	if e.Alert != "" {
 		ev = ev.Str("alert", e.Alert).Str("severity", "high")
 	}
-	ev.Bool("intercepted", e.Intercepted).
-		Int64("bytes_sent", e.BytesSent).
-		Int64("bytes_received", e.BytesReceived).
-		Float64("duration_ms", float64(e.Duration.Microseconds())/1000).
-		Send()
+	ev.Float64("duration_ms", float64(e.Duration.Microseconds())/1000).Send()
 }
 
 // QueryKeys reduces a raw query string to its keys, in order, joined by
