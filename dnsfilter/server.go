@@ -481,3 +481,8 @@ func finish(resp, req *dns.Msg, overTCP bool) {
 		resp.Truncate(size)
 	}
 }
+
+// Reload makes cfg the configuration queries are decided by, at once.
+// Upstreams, mode and detector thresholds stay as they were started
+// (Config.CheckReload refuses a change to them).
+func (s *Server) Reload(cfg *policy.Config) { s.cfg.Store(cfg) }

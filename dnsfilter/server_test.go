@@ -452,3 +452,34 @@ func TestExtendedUpstreamRcodesBecomeServfail(t *testing.T) {
 		t.Fatalf("%v %v", r, err)
 	}
 }
+
+func TestReloadChangesWhatIsAnswered(t *testing.T) {
+	up := newUpstream(t, "api.allowed.test. 60 IN A 203.0.113.7", "new.allowed.test. 60 IN A 203.0.113.7")
+	cfg, err := policy.Parse("t.yaml", []byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Audit: audit.New(io.Discard), Upstreams: []string{up.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	go s.Serve(ctx, "127.0.0.1:0", func(u, _ net.Addr) { addrc <- u.String() })
+	addr := <-addrc
+	if r := ask(t, addr, "new.allowed.test", dns.TypeA, "udp", true); r.Rcode != dns.RcodeRefused {
+		t.Fatalf("before: %s", dns.RcodeToString[r.Rcode])
+	}
+	next, err := policy.Parse("t.yaml", []byte(strings.Replace(testPolicy, "- host: api.allowed.test", "- host: new.allowed.test", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Reload(next)
+	if r := ask(t, addr, "new.allowed.test", dns.TypeA, "udp", true); r.Rcode != dns.RcodeSuccess {
+		t.Errorf("after: new name %s", dns.RcodeToString[r.Rcode])
+	}
+	if r := ask(t, addr, "api.allowed.test", dns.TypeA, "udp", true); r.Rcode != dns.RcodeRefused {
+		t.Errorf("after: removed name %s", dns.RcodeToString[r.Rcode])
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -604,4 +605,96 @@ func (c *Config) validateMinters(d *decoder, path string, src *SourceSpec) {
 			}
 		}
 	}
+}
+
+// CheckReload reports what in c cannot replace old without a restart:
+// listeners, TLS files, resolvers, credentials and DNS settings are bound
+// when Airlock starts. Policies, sandboxes, address rules, static hosts,
+// ports and limits can change. The error names the keys that differ.
+func (c *Config) CheckReload(old *Config) error {
+	var keys []string
+	for _, f := range []struct {
+		key      string
+		now, was any
+	}{
+		{"listen", c.Listen, old.Listen},
+		{"tls", c.TLS, old.TLS},
+		{"network.resolvers", c.Network.Resolvers, old.Network.Resolvers},
+		{"credentials", c.Credentials, old.Credentials},
+		{"dns", c.DNS, old.DNS},
+		{"audit", c.Audit, old.Audit},
+	} {
+		if !equalIgnoringPos(reflect.ValueOf(f.now), reflect.ValueOf(f.was)) {
+			keys = append(keys, f.key)
+		}
+	}
+	if len(keys) > 0 {
+		return fmt.Errorf("%s changed, which takes effect only when Airlock restarts; the running configuration stays", strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// equalIgnoringPos compares two decoded configuration values, ignoring
+// the source positions they carry (an edit elsewhere in the file moves
+// them).
+func equalIgnoringPos(a, b reflect.Value) bool {
+	if a.Kind() != b.Kind() {
+		return false
+	}
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() == b.IsNil()
+		}
+		return equalIgnoringPos(a.Elem(), b.Elem())
+	case reflect.Struct:
+		if a.Type() != b.Type() {
+			return false
+		}
+		if a.Type() == positionType {
+			return true
+		}
+		if a.Comparable() && !hasPosition(a.Type()) {
+			return a.Equal(b) // netip values and the like
+		}
+		for i := range a.NumField() {
+			if !equalIgnoringPos(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Slice:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for i := range a.Len() {
+			if !equalIgnoringPos(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Map:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for _, k := range a.MapKeys() {
+			bv := b.MapIndex(k)
+			if !bv.IsValid() || !equalIgnoringPos(a.MapIndex(k), bv) {
+				return false
+			}
+		}
+		return true
+	}
+	return a.Equal(b) // basic kinds; works on unexported fields too
+}
+
+// hasPosition reports whether t holds a position field anywhere directly.
+func hasPosition(t reflect.Type) bool {
+	for i := range t.NumField() {
+		ft := t.Field(i).Type
+		if ft == positionType || (ft.Kind() == reflect.Struct && hasPosition(ft)) {
+			return true
+		}
+	}
+	return false
 }

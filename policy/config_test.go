@@ -1202,3 +1202,32 @@ func TestWildcardsOverMultiTenantCloudDomainsAreErrors(t *testing.T) {
 	// Exact names under them are fine: they are one tenant's.
 	mustParse(t, ruleWithHost("my-bucket.s3.amazonaws.com"))
 }
+
+func TestCheckReload(t *testing.T) {
+	base := lines(
+		"listen: {proxy: 127.0.0.1:3128}",
+		"network: {resolvers: [10.0.0.2]}",
+		"policies:",
+		"  default:",
+		"    allow:",
+		"      - host: a.example",
+		"credentials:",
+		"  c: {source: {env: T}, hosts: [a.example]}",
+	)
+	old := mustParse(t, base)
+	// An edit that moves every position but changes no restart-bound key.
+	moved := mustParse(t, "# a comment\n\n"+strings.Replace(base, "host: a.example", "host: b.example", 1))
+	if err := moved.CheckReload(old); err != nil {
+		t.Errorf("policy-only change: %v", err)
+	}
+	for _, tc := range []struct{ from, to, key string }{
+		{"127.0.0.1:3128", "127.0.0.1:3129", "listen"},
+		{"10.0.0.2", "10.0.0.3", "network.resolvers"},
+		{"env: T", "env: U", "credentials"},
+	} {
+		changed := mustParse(t, strings.Replace(base, tc.from, tc.to, 1))
+		if err := changed.CheckReload(old); err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s changed: %v", tc.key, err)
+		}
+	}
+}

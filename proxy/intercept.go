@@ -245,7 +245,17 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	h.hijacked = true
-	wc := &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: h.done}
+	lt := &liveTunnel{client: h.ts.ev.Client.Addr(), host: h.ts.host, port: h.ts.port}
+	done := h.done
+	wc := &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: func(sent, received int64) {
+		h.s.live.remove(lt)
+		if lt.reloaded.Load() {
+			h.ts.ev.CloseReason = "policy_reload"
+		}
+		done(sent, received)
+	}}
+	lt.close = func() { wc.Close() }
+	h.s.live.add(lt)
 	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() {
 		h.ts.ev.CloseReason = "shutdown"
 		wc.Close()

@@ -57,6 +57,7 @@ type Server struct {
 	closeTunnels context.CancelFunc
 	tunnels      sync.WaitGroup
 	open         atomic.Int64 // tunnels open now
+	live         registry     // open tunnels, for Reload
 }
 
 // OpenTunnels returns the number of CONNECT tunnels open now.

@@ -145,7 +145,13 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 			upstream.Close()
 			return
 		}
+		lt := &liveTunnel{client: ev.Client.Addr(), host: h, port: port, close: func() { clientConn.Close(); upstream.Close() }}
+		s.live.add(lt)
+		defer s.live.remove(lt)
 		ev.BytesSent, ev.BytesReceived, ev.CloseReason = s.pipe(clientConn, hello, upstream, sb.IdleTimeout)
+		if lt.reloaded.Load() {
+			ev.CloseReason = "policy_reload"
+		}
 	}()
 }
 

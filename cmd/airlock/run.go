@@ -51,7 +51,7 @@ func newRunCmd() *cobra.Command {
 			if listen == "" {
 				listen = string(cfg.Listen.Proxy)
 			}
-			return run(cmd.Context(), cfg, listen, stateDir)
+			return run(cmd.Context(), cfg, listen, stateDir, &reloader{path: configPath, allowCIDRs: allowCIDRs})
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy for coding agents")
@@ -104,7 +104,7 @@ func parseCIDRFlags(vals []string) ([]netip.Prefix, error) {
 // run serves the proxy until SIGINT or SIGTERM, then shuts down
 // gracefully: stop accepting, finish requests in flight, close tunnels and
 // write their audit lines.
-func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error {
+func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *reloader) error {
 	errlog := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	// net/http logs some upstream misbehaviour through the standard
 	// logger, quoting response bytes ("Unsolicited response received on
@@ -154,8 +154,10 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 	}
 	self := []netip.AddrPort{mustAddrPort(ln.Addr())}
 	hs := srv.NewHTTPServer()
+	rl.proxy, rl.errlog = srv, errlog
 
 	var admin *http.Server
+	startAdmin := func() {}
 	if cfg.Listen.Admin != "" {
 		aln, err := net.Listen("tcp", string(cfg.Listen.Admin))
 		if err != nil {
@@ -163,9 +165,12 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 			return fmt.Errorf("listen on admin address %s: %w", cfg.Listen.Admin, err)
 		}
 		self = append(self, mustAddrPort(aln.Addr()))
-		admin = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-		go admin.Serve(aln)
-		errlog.Info("admin listening", "addr", aln.Addr().String())
+		admin = &http.Server{Handler: adminHandler(rl), ReadHeaderTimeout: 5 * time.Second}
+		defer aln.Close()
+		startAdmin = func() {
+			go admin.Serve(aln)
+			errlog.Info("admin listening", "addr", aln.Addr().String())
+		}
 	}
 	srv.SetListenAddrs(self)
 
@@ -179,6 +184,7 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 			ln.Close()
 			return err
 		}
+		rl.dns = ds
 		ready := make(chan struct{})
 		go func() {
 			defer close(dnsDone)
@@ -199,6 +205,8 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string) error
 	} else {
 		close(dnsDone)
 	}
+	startAdmin() // after the DNS server: POST /reload reaches both
+	go rl.run(ctx)
 	go func() { serveErr <- hs.Serve(ln) }()
 	errlog.Info("airlock listening", "addr", ln.Addr().String(), "config", cfg.String(), "version", version)
 
@@ -229,8 +237,8 @@ func mustAddrPort(a net.Addr) netip.AddrPort {
 	return ap
 }
 
-// adminHandler serves the liveness and readiness probes.
-func adminHandler() http.Handler {
+// adminHandler serves the liveness and readiness probes, and POST /reload.
+func adminHandler(rl *reloader) http.Handler {
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -238,6 +246,7 @@ func adminHandler() http.Handler {
 	}
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", ok)
+	mux.HandleFunc("POST /reload", rl.handler)
 	return mux
 }
 

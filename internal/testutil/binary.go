@@ -65,9 +65,10 @@ func SharedDir() string { return filepath.Join(moduleRoot(), "..", "shared") }
 
 // Proxy is a running airlock binary.
 type Proxy struct {
-	Addr     string // "127.0.0.1:PORT" of the proxy listener
-	DNSAddr  string // "127.0.0.1:PORT" of the DNS listener, when listen.dns is set
-	StateDir string // --state-dir given by StartProxy
+	Addr       string // "127.0.0.1:PORT" of the proxy listener
+	DNSAddr    string // "127.0.0.1:PORT" of the DNS listener, when listen.dns is set
+	StateDir   string // --state-dir given by StartProxy
+	ConfigPath string // the configuration file StartProxy wrote
 
 	cmd     *exec.Cmd
 	mu      sync.Mutex
@@ -90,7 +91,7 @@ func StartProxy(t testing.TB, config string, extra ...string) *Proxy {
 	}
 	state := filepath.Join(dir, "state")
 	p := StartProxyArgs(t, append([]string{"run", "--config", path, "--listen", "127.0.0.1:0", "--state-dir", state}, extra...)...)
-	p.StateDir = state
+	p.StateDir, p.ConfigPath = state, path
 	return p
 }
 
@@ -155,6 +156,9 @@ func StartProxyArgs(t testing.TB, args ...string) *Proxy {
 	}
 	return p
 }
+
+// Signal sends sig to the proxy process.
+func (p *Proxy) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // URL returns the proxy URL for HTTP_PROXY-style settings.
 func (p *Proxy) URL() string { return "http://" + p.Addr }
