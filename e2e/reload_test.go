@@ -119,4 +119,3 @@ func isTimeout(err error) bool {
 	ne, ok := err.(interface{ Timeout() bool })
 	return ok && ne.Timeout()
 }
-
