@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -86,6 +87,18 @@ policies:
 		if strings.Contains(n, "evil") {
 			t.Errorf("the denied name reached the upstream: %v", asked())
 		}
+	}
+	// A reload applies to the resolver too: the name it adds is answered.
+	if out := run("late.allowed.test"); !strings.Contains(out, "status: REFUSED") {
+		t.Errorf("before the reload:\n%s", out)
+	}
+	cfg, _ := os.ReadFile(p.ConfigPath)
+	writeAtomically(t, p.ConfigPath, strings.Replace(string(cfg), "      - host: meta.allowed.test\n", "      - host: meta.allowed.test\n      - host: late.allowed.test\n", 1))
+	if !p.WaitStderr("configuration reloaded") {
+		t.Fatalf("no reload:\n%s", p.Stderr())
+	}
+	if out := run("late.allowed.test"); !strings.Contains(out, "status: NOERROR") {
+		t.Errorf("after the reload:\n%s", out)
 	}
 	found := false
 	for _, ev := range p.WaitAudit(t, 4) {
