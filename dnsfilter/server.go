@@ -234,9 +234,15 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 	}
 	d := sb.Policy.DecideName(h)
 	ev.Rule = d.Rule
+	wouldDeny := false
 	if !d.Allow {
 		ev.Reason = string(d.Reason)
-		return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock: "+string(d.Reason))
+		if !sb.Report || !(policy.Decision{Reason: d.Reason}).Reportable() {
+			return refused(req, dns.ExtendedErrorCodeProhibited, "Airlock: "+string(d.Reason))
+		}
+		// Report mode: answer it, on record, as a name any asker chose
+		// (the exfiltration checks apply).
+		wouldDeny, d.Wildcard = true, true
 	}
 	if !typeAllowed(q.Qtype, d.Types) || (base != ev.Host && q.Qtype != dns.TypeSRV && q.Qtype != dns.TypeTXT) {
 		ev.Reason = reasonBadType
@@ -281,6 +287,9 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		return m
 	}
 	ev.Decision, ev.Reason = "allow", string(policy.Allowed)
+	if wouldDeny {
+		ev.Decision, ev.Reason = "would_deny", string(d.Reason)
+	}
 	rcode := up.Rcode
 	if rcode > 0xF {
 		// Extended codes need the upstream's OPT, which is never passed

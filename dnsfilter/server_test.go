@@ -483,3 +483,21 @@ func TestReloadChangesWhatIsAnswered(t *testing.T) {
 		t.Errorf("after: removed name %s", dns.RcodeToString[r.Rcode])
 	}
 }
+
+func TestReportModeAnswersDeniedNamesButStillFiltersAddresses(t *testing.T) {
+	up := newUpstream(t, "other.test. 60 IN A 203.0.113.7", "inner.test. 60 IN A 10.0.0.1")
+	var log syncBuffer
+	addr := startFilterLog(t, "mode: report\n"+testPolicy, up, &log)
+	if r := ask(t, addr, "other.test", dns.TypeA, "udp", true); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Errorf("report mode, unlisted name: %v", r)
+	}
+	if r := ask(t, addr, "inner.test", dns.TypeA, "udp", true); len(r.Answer) != 0 {
+		t.Errorf("report mode let an internal address through: %v", r.Answer)
+	}
+	for i := 0; i < 100 && !strings.Contains(log.String(), "would_deny"); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(log.String(), `"decision":"would_deny"`) {
+		t.Errorf("no would_deny line:\n%s", log.String())
+	}
+}

@@ -240,9 +240,13 @@ func (c *Config) compile() {
 		c.policies[name] = compilePolicy(name, spec, ports)
 	}
 	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
-	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout}
+	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report}
 	for _, s := range c.Sandboxes {
-		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout}
+		mode := c.Mode
+		if s.Mode != "" {
+			mode = s.Mode
+		}
+		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report}
 		if s.Limits.IdleTimeout != 0 {
 			sb.IdleTimeout = s.Limits.IdleTimeout
 		}
@@ -260,6 +264,21 @@ type Sandbox struct {
 	Name        string
 	Policy      *Policy       // nil: no policy, everything is denied
 	IdleTimeout time.Duration // CONNECT tunnel idle timeout
+	// Report is set in report mode: the allowlist's refusals are logged
+	// as would_deny and let through (see Decision.Reportable).
+	Report bool
+}
+
+// Reportable reports whether report mode lets a refusal with this
+// decision through: refusals by the allowlist and deny rules (host, port,
+// method, path, no policy). Address blocks, non-canonical paths and the
+// rest are enforced in every mode.
+func (d Decision) Reportable() bool {
+	switch d.Reason {
+	case HostNotAllowed, PortNotAllowed, MethodNotAllowed, PathNotAllowed, DeniedByRule, NoPolicy:
+		return !d.Allow
+	}
+	return false
 }
 
 type clientRoute struct {

@@ -146,7 +146,7 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "in a sandbox",
 			src:  lines("policies: {default: {}}", "sandboxes:", "  - name: agent-1", "    client: [10.0.0.0/8]"),
-			want: []wantErr{{4, 5, "sandboxes[0].client", "unknown key; expected one of: name, policy, clients, limits"}},
+			want: []wantErr{{4, 5, "sandboxes[0].client", "unknown key; expected one of: name, mode, policy, clients, limits"}},
 		},
 		{
 			name: "a section this version does not implement",
@@ -266,7 +266,7 @@ func TestParseRejectsWrongType(t *testing.T) {
 		{
 			name: "mode as a list",
 			src:  lines("mode: [enforce]"),
-			want: []wantErr{{1, 7, "mode", "expected enforce, got a list"}},
+			want: []wantErr{{1, 7, "mode", "expected enforce or report, got a list"}},
 		},
 		{
 			name: "listen address without a port",
@@ -391,14 +391,9 @@ func TestParseAcceptsHostPatterns(t *testing.T) {
 func TestParseRejectsFeaturesOfLaterVersions(t *testing.T) {
 	checkParseErrors(t, []parseErrorCase{
 		{
-			name: "report mode",
-			src:  lines("mode: report"),
-			want: []wantErr{{1, 7, "mode", "report mode is not available in this version; use enforce"}},
-		},
-		{
 			name: "mode is case-sensitive",
 			src:  lines("mode: Enforce"),
-			want: []wantErr{{1, 7, "mode", `expected enforce, got str "Enforce"`}},
+			want: []wantErr{{1, 7, "mode", `expected enforce or report, got str "Enforce"`}},
 		},
 	})
 }

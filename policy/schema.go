@@ -47,18 +47,23 @@ type Listen struct {
 // Mode says whether host-allowlist denials are enforced.
 type Mode string
 
-// Modes. Report mode (log would-be denials, allow them) comes with sandbox
-// identity and quotas; until then only Enforce is accepted.
-const Enforce Mode = "enforce"
+// Modes. In report mode, requests the allowlist would refuse (by host,
+// port, method, path or a deny rule) are allowed and logged with decision
+// "would_deny"; address blocking, authority checks, TLS checks and
+// credential binding are enforced in both modes.
+const (
+	Enforce Mode = "enforce"
+	Report  Mode = "report"
+)
 
 func (m *Mode) decodeNode(d *decoder, n *yaml.Node, path string) {
 	switch {
 	case isScalar(n, "!!str") && n.Value == string(Enforce):
 		*m = Enforce
-	case isScalar(n, "!!str") && n.Value == "report":
-		d.errorf(n, path, "report mode is not available in this version; use enforce")
+	case isScalar(n, "!!str") && n.Value == string(Report):
+		*m = Report
 	default:
-		d.errorf(n, path, "expected enforce, got %s", describe(n))
+		d.errorf(n, path, "expected enforce or report, got %s", describe(n))
 	}
 }
 
@@ -213,6 +218,7 @@ type InjectSpec struct {
 // SandboxSpec names an identity and the policy it uses.
 type SandboxSpec struct {
 	Name    string   `yaml:"name"`
+	Mode    Mode     `yaml:"mode"`    // default: the top-level mode
 	Policy  string   `yaml:"policy"`  // default: a policy with the sandbox's name, else "default"
 	Clients []Prefix `yaml:"clients"` // source CIDRs that are this sandbox
 	Limits  Limits   `yaml:"limits"`

@@ -147,13 +147,17 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	}
 	d := ts.cfg.DecideRequest(ts.sb, ts.host, ts.port, r.Method, r.URL.EscapedPath())
 	ev.Rule = d.Rule
-	if !d.Allow {
+	wouldDeny := !d.Allow && ts.sb.Report && d.Reportable()
+	if !d.Allow && !wouldDeny {
 		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), ts.sb.Name))
 	}
 	if ref := inspectedShape(r); ref != nil {
 		return refuse(ref.status, ref.reason, ref.body)
 	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
+	if wouldDeny {
+		ev.Decision = "would_deny" // report mode: through, on record, without a credential
+	}
 	st.idle = ts.sb.IdleTimeout
 
 	r.URL.Host = authority(ts.host, ts.port)

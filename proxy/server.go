@@ -348,7 +348,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 
 	d := cfg.DecideRequest(sb, h, port, r.Method, r.URL.EscapedPath())
 	ev.Rule = d.Rule
-	if !d.Allow {
+	wouldDeny := !d.Allow && sb.Report && d.Reportable()
+	if !d.Allow && !wouldDeny {
 		s.deny(cw, ev, string(d.Reason))
 		return
 	}
@@ -360,6 +361,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		}
 	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
+	if wouldDeny {
+		// Report mode: let it through, on record.
+		ev.Decision = "would_deny"
+	}
 
 	// One canonical authority: the upstream sees exactly the host and port
 	// the decision was made on. A Host header that disagrees with the

@@ -46,8 +46,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 
 	d := cfg.Decide(sb, h, port)
 	ev.Rule = d.Rule
+	wouldDeny := !d.Allow && sb.Report && d.Reportable()
 	switch {
-	case !d.Allow:
+	case !d.Allow && !wouldDeny:
 		ev.Status = http.StatusForbidden
 		s.deny(w, ev, string(d.Reason))
 		return
@@ -57,6 +58,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		return
 	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
+	if wouldDeny {
+		// Report mode: an opaque tunnel, on record. (The ClientHello and
+		// address checks still apply.)
+		ev.Decision = "would_deny"
+	}
 	if d.Inspect {
 		// Method or path rules apply: terminate TLS and decide each
 		// request. The tunnel's line is written when it closes.
