@@ -79,9 +79,15 @@ type Event struct {
 // Logger writes Events as JSON lines. It is safe for concurrent use: each
 // Event is one Write call on the underlying writer.
 type Logger struct {
-	zl     zerolog.Logger
-	closer io.Closer
+	zl       zerolog.Logger
+	closer   io.Closer
+	observer func(*Event)
 }
+
+// OnEvent makes f see every event after it is written (metrics count
+// them). Call it before the Logger is in use; f must be safe for
+// concurrent use.
+func (l *Logger) OnEvent(f func(*Event)) { l.observer = f }
 
 // New returns a Logger writing to w.
 func New(w io.Writer) *Logger {
@@ -163,6 +169,9 @@ func (l *Logger) Log(e *Event) {
 		ev = ev.Str("alert", e.Alert).Str("severity", "high")
 	}
 	ev.Float64("duration_ms", float64(e.Duration.Microseconds())/1000).Send()
+	if l.observer != nil {
+		l.observer(e)
+	}
 }
 
 // QueryKeys reduces a raw query string to its keys, in order, joined by

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/policy"
 )
@@ -93,6 +94,17 @@ func placeholderEnv(name string, spec *policy.CredentialSpec) string {
 		return spec.Source.Env
 	}
 	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(name)) + "_TOKEN"
+}
+
+// OnMint makes f see every mint of a minted credential: its name, how
+// long it took, and its error (nil: minted). Call it before the Broker is
+// in use; f must be safe for concurrent use.
+func (b *Broker) OnMint(f func(credential string, d time.Duration, err error)) {
+	for _, c := range b.creds {
+		if m, ok := c.src.(*cachedMinter); ok {
+			m.observe = f
+		}
+	}
 }
 
 // Names returns the credential names, sorted.

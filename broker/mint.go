@@ -66,12 +66,13 @@ const mintTimeout = 15 * time.Second
 // minutes) is left. Concurrent requests for one key share one mint; a
 // failed mint is not cached.
 type cachedMinter struct {
-	name  string
-	m     minter
-	now   func() time.Time
-	mints singleflight.Group
-	mu    sync.Mutex
-	cache map[string]cachedToken
+	name    string
+	observe func(credential string, d time.Duration, err error) // may be nil
+	m       minter
+	now     func() time.Time
+	mints   singleflight.Group
+	mu      sync.Mutex
+	cache   map[string]cachedToken
 }
 
 type cachedToken struct {
@@ -95,7 +96,11 @@ func (c *cachedMinter) Get(ctx context.Context, req Request) (Secret, error) {
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mintTimeout)
 		defer cancel()
 		start := c.now()
+		t0 := time.Now()
 		tok, exp, err := c.m.mint(mctx, req)
+		if c.observe != nil {
+			c.observe(c.name, time.Since(t0), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: credential %s: %v", ErrUnavailable, c.name, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlockhq/airlock/dnsfilter"
+	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/proxy"
 )
 
@@ -32,6 +33,7 @@ type reloader struct {
 	proxy      *proxy.Server
 	dns        *dnsfilter.Server // nil without listen.dns
 	errlog     *slog.Logger
+	metrics    *metrics.Metrics
 	mu         sync.Mutex // one reload at a time
 }
 
@@ -46,6 +48,9 @@ func (r *reloader) reload(trigger string) error {
 	cfg, err := loadConfig(r.path, r.allowCIDRs)
 	if err == nil {
 		err = cfg.CheckReload(r.proxy.Config())
+	}
+	if r.metrics != nil {
+		r.metrics.Reload(err)
 	}
 	if err != nil {
 		r.errlog.Error("reload failed; the running configuration stays", "trigger", trigger, "error", err.Error())

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/broker"
 	"github.com/airlockhq/airlock/certs"
 	"github.com/airlockhq/airlock/dnsfilter"
+	"github.com/airlockhq/airlock/metrics"
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/proxy"
 )
@@ -115,6 +116,8 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 	if err != nil {
 		return err
 	}
+	met := metrics.New()
+	alog.OnEvent(met.Observe)
 	defer alog.Close()
 
 	opts := proxy.Options{Audit: alog, ErrorLog: errlog}
@@ -142,6 +145,7 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 		if opts.Broker, err = broker.New(cfg, key, client); err != nil {
 			return err
 		}
+		opts.Broker.OnMint(met.Mint)
 		errlog.Info("credential broker enabled", "credentials", strings.Join(opts.Broker.Names(), ","))
 	}
 	srv, err := proxy.New(cfg, opts)
@@ -154,7 +158,8 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 	}
 	self := []netip.AddrPort{mustAddrPort(ln.Addr())}
 	hs := srv.NewHTTPServer()
-	rl.proxy, rl.errlog = srv, errlog
+	rl.proxy, rl.errlog, rl.metrics = srv, errlog, met
+	met.OpenTunnels(srv.OpenTunnels)
 
 	var admin *http.Server
 	startAdmin := func() {}
@@ -165,7 +170,7 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 			return fmt.Errorf("listen on admin address %s: %w", cfg.Listen.Admin, err)
 		}
 		self = append(self, mustAddrPort(aln.Addr()))
-		admin = &http.Server{Handler: adminHandler(rl), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminHandler(rl, met), ReadHeaderTimeout: 5 * time.Second}
 		defer aln.Close()
 		startAdmin = func() {
 			go admin.Serve(aln)
@@ -237,8 +242,9 @@ func mustAddrPort(a net.Addr) netip.AddrPort {
 	return ap
 }
 
-// adminHandler serves the liveness and readiness probes, and POST /reload.
-func adminHandler(rl *reloader) http.Handler {
+// adminHandler serves the liveness and readiness probes, POST /reload and
+// GET /metrics (Prometheus text format).
+func adminHandler(rl *reloader, met *metrics.Metrics) http.Handler {
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -247,6 +253,7 @@ func adminHandler(rl *reloader) http.Handler {
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", ok)
 	mux.HandleFunc("POST /reload", rl.handler)
+	mux.Handle("GET /metrics", met.Handler())
 	return mux
 }
 
