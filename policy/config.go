@@ -103,6 +103,9 @@ func (c *Config) validate(d *decoder) {
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
 	}
+	if c.Auth.Key != "" && c.file != "" && !strings.HasPrefix(c.file, "<") && !filepath.IsAbs(c.Auth.Key) {
+		c.Auth.Key = filepath.Join(filepath.Dir(c.file), c.Auth.Key)
+	}
 	if (c.TLS.CACert == "") != (c.TLS.CAKey == "") {
 		d.errorfAt(c.TLS.Pos, "tls", "set both ca_cert and ca_key, or neither (Airlock then generates a CA into its state directory)")
 	}
@@ -628,8 +631,10 @@ func (c *Config) validateMinters(d *decoder, path string, src *SourceSpec) {
 
 // CheckReload reports what in c cannot replace old without a restart:
 // listeners, TLS files, resolvers, credentials and DNS settings are bound
-// when Airlock starts. Policies, sandboxes, address rules, static hosts,
-// ports and limits can change. The error names the keys that differ.
+// when Airlock starts, and so is turning session tokens on (the signing
+// key is loaded at start). Policies, sandboxes, address rules, static
+// hosts, ports, limits, auth.revoked and turning auth.required off can
+// change. The error names the keys that differ.
 func (c *Config) CheckReload(old *Config) error {
 	var keys []string
 	for _, f := range []struct {
@@ -638,6 +643,7 @@ func (c *Config) CheckReload(old *Config) error {
 	}{
 		{"listen", c.Listen, old.Listen},
 		{"tls", c.TLS, old.TLS},
+		{"auth.key", c.Auth.Key, old.Auth.Key},
 		{"network.resolvers", c.Network.Resolvers, old.Network.Resolvers},
 		{"credentials", c.Credentials, old.Credentials},
 		{"dns", c.DNS, old.DNS},
@@ -646,6 +652,9 @@ func (c *Config) CheckReload(old *Config) error {
 		if !equalIgnoringPos(reflect.ValueOf(f.now), reflect.ValueOf(f.was)) {
 			keys = append(keys, f.key)
 		}
+	}
+	if c.Auth.Enabled() && !old.Auth.Enabled() {
+		keys = append(keys, "auth.required (turning session tokens on)")
 	}
 	if len(keys) > 0 {
 		return fmt.Errorf("%s changed, which takes effect only when Airlock restarts; the running configuration stays", strings.Join(keys, ", "))

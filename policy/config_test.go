@@ -131,7 +131,7 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 		{
 			name: "top level",
 			src:  lines("mode: enforce", "listne:", "  proxy: 127.0.0.1:3128"),
-			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, dns, credentials, audit"}},
+			want: []wantErr{{2, 1, "listne", "unknown key; expected one of: listen, mode, network, tls, limits, policies, sandboxes, dns, auth, credentials, audit"}},
 		},
 		{
 			name: "in a policy",
@@ -147,11 +147,6 @@ func TestParseRejectsUnknownKeyWithLineAndColumn(t *testing.T) {
 			name: "in a sandbox",
 			src:  lines("policies: {default: {}}", "sandboxes:", "  - name: agent-1", "    client: [10.0.0.0/8]"),
 			want: []wantErr{{4, 5, "sandboxes[0].client", "unknown key; expected one of: name, mode, policy, clients, limits"}},
-		},
-		{
-			name: "a section this version does not implement",
-			src:  lines("auth:", "  required: true"),
-			want: []wantErr{{1, 1, "auth", "session-token authentication is not available in this version"}},
 		},
 		{
 			name: "a CA certificate without its key",
@@ -1219,6 +1214,7 @@ func TestCheckReload(t *testing.T) {
 		{"127.0.0.1:3128", "127.0.0.1:3129", "listen"},
 		{"10.0.0.2", "10.0.0.3", "network.resolvers"},
 		{"env: T", "env: U", "credentials"},
+		{"policies:", "auth: {required: true}\npolicies:", "auth.required"},
 	} {
 		changed := mustParse(t, strings.Replace(base, tc.from, tc.to, 1))
 		if err := changed.CheckReload(old); err == nil || !strings.Contains(err.Error(), tc.key) {

@@ -60,9 +60,7 @@ type decoder struct {
 
 // laterKeys are keys of the design's configuration contract that later
 // versions implement: refused with a message that says so, not as typos.
-var laterKeys = map[string]string{
-	"auth": "session-token authentication",
-}
+var laterKeys = map[string]string{}
 
 // nodeDecoder is implemented by config types that parse and validate their
 // own YAML node (host patterns, CIDRs, ports, durations...).

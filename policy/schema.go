@@ -23,6 +23,7 @@ type Config struct {
 	Policies  map[string]*PolicySpec `yaml:"policies"`
 	Sandboxes []SandboxSpec          `yaml:"sandboxes"`
 	DNS       DNSSpec                `yaml:"dns"`
+	Auth      AuthSpec               `yaml:"auth"`
 	// Credentials are what Airlock injects into allowed requests, by name;
 	// a rule's credential field refers to one.
 	Credentials map[string]*CredentialSpec `yaml:"credentials"`
@@ -224,6 +225,24 @@ type SandboxSpec struct {
 	Limits  Limits   `yaml:"limits"`
 	Pos     position
 }
+
+// AuthSpec configures session tokens: JWTs (EdDSA) that name a sandbox,
+// presented as proxy credentials.
+type AuthSpec struct {
+	// Required makes every client present a valid session token (407
+	// otherwise). Without it, clients are identified by address.
+	Required bool `yaml:"required"`
+	// Key is the Ed25519 signing key (PEM, PKCS #8); empty: generated
+	// into the state directory. Relative to the configuration file.
+	Key string `yaml:"key"`
+	// Revoked lists token IDs (jti) that are refused before they expire.
+	Revoked []string `yaml:"revoked"`
+	Pos     position
+}
+
+// Enabled reports whether session tokens are configured (Required or
+// Key): only then does Airlock load a signing key and verify tokens.
+func (a AuthSpec) Enabled() bool { return a.Required || a.Key != "" }
 
 // AuditSpec says where audit events go.
 type AuditSpec struct {
