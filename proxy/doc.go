@@ -1,8 +1,10 @@
 // Package proxy is Airlock's HTTP forward proxy: the sandbox's only route
 // out.
 //
-// For every request it identifies the sandbox (policy.Config.SandboxFor),
-// checks the request's form, and decides on the canonical host and port
+// For every request it identifies the sandbox: the one a session token in
+// Proxy-Authorization names (broker.SessionVerifier), else the one the
+// client's address maps to (policy.Config.SandboxFor); a token that does
+// not verify, or none when auth.required, is answered 407. It then checks the request's form, and decides on the canonical host and port
 // (policy.Config.Decide) before any DNS lookup, so a denied name never
 // reaches a resolver. Then:
 //

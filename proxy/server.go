@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -42,14 +43,15 @@ const DialTimeout = 10 * time.Second
 // Server is the HTTP forward proxy. It implements http.Handler; serve it
 // with an http.Server from NewHTTPServer so the header timeout applies.
 type Server struct {
-	cfg    atomic.Pointer[policy.Config]
-	log    *audit.Logger
-	errlog *slog.Logger
-	dialer *dialer
-	gp     *goproxy.ProxyHttpServer
-	tr     *http.Transport
-	ca     *certs.CA // nil: no interception
-	broker *broker.Broker
+	cfg      atomic.Pointer[policy.Config]
+	log      *audit.Logger
+	errlog   *slog.Logger
+	dialer   *dialer
+	gp       *goproxy.ProxyHttpServer
+	tr       *http.Transport
+	ca       *certs.CA // nil: no interception
+	broker   *broker.Broker
+	sessions *broker.SessionVerifier
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -76,6 +78,9 @@ type Options struct {
 	// Broker injects credentials and catches placeholders; nil when the
 	// configuration has no credentials.
 	Broker *broker.Broker
+	// Sessions verifies session tokens; nil when auth is not configured
+	// (then Proxy-Authorization is ignored, and stripped as always).
+	Sessions *broker.SessionVerifier
 }
 
 // New returns a Server enforcing cfg. It reads cfg.TLS.UpstreamCA, if
@@ -89,7 +94,7 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 	for _, r := range cfg.Network.Resolvers {
 		resolvers = append(resolvers, r.AddrPort)
 	}
-	s := &Server{log: opts.Audit, errlog: errlog, ca: opts.CA, broker: opts.Broker, dialer: newDialer(resolvers, DialTimeout)}
+	s := &Server{log: opts.Audit, errlog: errlog, ca: opts.CA, broker: opts.Broker, sessions: opts.Sessions, dialer: newDialer(resolvers, DialTimeout)}
 	s.cfg.Store(cfg)
 	s.tunnelCtx, s.closeTunnels = context.WithCancel(context.Background())
 
@@ -270,20 +275,82 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	client, _ := netip.ParseAddrPort(r.RemoteAddr)
-	sb := cfg.SandboxFor(client.Addr())
 	ev := &audit.Event{
-		Start:   time.Now(),
-		Sandbox: sb.Name,
-		Client:  client,
-		Method:  r.Method,
+		Start:  time.Now(),
+		Client: client,
+		Method: r.Method,
+		Kind:   audit.KindRequest,
 	}
+	if r.Method == http.MethodConnect {
+		ev.Kind = audit.KindTunnel
+	}
+	sb, why := s.identify(r, cfg, client.Addr())
+	if sb == nil {
+		// 407: the client must present a (valid) session token. The
+		// header, and whatever token it held, go nowhere else.
+		ev.Sandbox, ev.Decision, ev.Reason, ev.Status = "", "deny", reasonAuth, http.StatusProxyAuthRequired
+		if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
+			ev.Host, ev.Port = h.String(), port
+		}
+		w.Header().Set("Proxy-Authenticate", `Basic realm="airlock"`)
+		writeDecision(w, http.StatusProxyAuthRequired, reasonAuth, "Airlock needs a session token: "+why+
+			". Put it in the proxy URL, as in HTTPS_PROXY=http://SANDBOX:TOKEN@airlock:3128.\n")
+		ev.Duration = time.Since(ev.Start)
+		s.record(ev)
+		return
+	}
+	ev.Sandbox = sb.Name
 	if r.Method == http.MethodConnect {
 		ev.Kind = audit.KindTunnel
 		s.serveConnect(w, r, cfg, sb, ev)
 		return
 	}
-	ev.Kind = audit.KindRequest
 	s.serveHTTP(w, r, cfg, sb, ev)
+}
+
+// reasonAuth refuses a client without a valid session token (407).
+const reasonAuth = "auth_required"
+
+// identify returns the sandbox a request comes from: the one its session
+// token names (Proxy-Authorization: Basic with the token as password, or
+// Bearer), else, unless auth.required, the one its address maps to. It
+// returns nil and why when the client must authenticate: a token that
+// does not verify is refused even when none is required (fail closed).
+func (s *Server) identify(r *http.Request, cfg *policy.Config, client netip.Addr) (*policy.Sandbox, string) {
+	token := sessionToken(r.Header.Get("Proxy-Authorization"))
+	if s.sessions == nil || token == "" {
+		if cfg.Auth.Required {
+			return nil, "none was presented"
+		}
+		return cfg.SandboxFor(client), ""
+	}
+	name, err := s.sessions.Verify(token, cfg.Auth.Revoked)
+	if err != nil {
+		return nil, err.Error()
+	}
+	sb, ok := cfg.Sandbox(name)
+	if !ok {
+		return nil, "the token names a sandbox this configuration does not have"
+	}
+	return sb, ""
+}
+
+// sessionToken extracts a token from a Proxy-Authorization value: the
+// password of Basic credentials (the user name is ignored), or Bearer.
+func sessionToken(v string) string {
+	scheme, rest, _ := strings.Cut(v, " ")
+	switch strings.ToLower(scheme) {
+	case "bearer":
+		return strings.TrimSpace(rest)
+	case "basic":
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+		if err != nil {
+			return ""
+		}
+		_, pass, _ := strings.Cut(string(raw), ":")
+		return pass
+	}
+	return ""
 }
 
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).

@@ -148,6 +148,13 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 		opts.Broker.OnMint(met.Mint)
 		errlog.Info("credential broker enabled", "credentials", strings.Join(opts.Broker.Names(), ","))
 	}
+	if cfg.Auth.Enabled() {
+		key, err := broker.LoadSessionKey(cfg.Auth.Key, stateDir)
+		if err != nil {
+			return err
+		}
+		opts.Sessions = broker.NewSessionVerifier(key)
+	}
 	srv, err := proxy.New(cfg, opts)
 	if err != nil {
 		return err
