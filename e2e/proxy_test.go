@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -479,16 +480,44 @@ func tlsTunnel(t *testing.T, p *testutil.Proxy, port int, pool *x509.CertPool, s
 	return c, tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool, InsecureSkipVerify: sni != "allowed.test"})
 }
 
-func TestTunnelAuditLineIsWrittenOnShutdown(t *testing.T) {
+func TestShutdownDrainsOpenTunnelsThenClosesThem(t *testing.T) {
 	ca := testutil.NewCA(t)
 	up := testutil.NewTLSUpstream(t, ca, "allowed.test")
-	p := testutil.StartProxy(t, localConfig(up.Port()))
+	p := testutil.StartProxy(t, localConfig(up.Port())+"limits:\n  drain_timeout: 2s\n")
 	_, tc := tlsTunnel(t, p, up.Port(), ca.Pool(), "allowed.test")
-	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
-	if _, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil {
+	br := bufio.NewReader(tc)
+	roundTrip := func() error {
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := roundTrip(); err != nil {
 		t.Fatal(err)
 	}
-	p.Stop(t)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !p.WaitStderr("shutting down") {
+		t.Fatalf("no shutdown after SIGTERM:\n%s", p.Stderr())
+	}
+	// Draining: no new connections, but the open tunnel still carries requests.
+	if c, err := net.DialTimeout("tcp", p.Addr, time.Second); err == nil {
+		c.Close()
+		t.Error("a new connection was accepted while draining")
+	}
+	if err := roundTrip(); err != nil {
+		t.Errorf("the open tunnel stopped working during the drain: %v", err)
+	}
+	// After drain_timeout the tunnel is closed and its audit line written.
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("the tunnel stayed open after the drain time")
+	}
+	p.StopAndFlush(t)
 	evs := p.Audit(t)
 	if len(evs) != 1 {
 		t.Fatalf("want the tunnel's audit line after shutdown, got %d lines", len(evs))

@@ -22,6 +22,7 @@ const (
 	DefaultProxyAddr     = "127.0.0.1:3128"
 	DefaultHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultDrainTimeout  = 10 * time.Second
 	DefaultSandbox       = "default" // the sandbox of clients no other sandbox claims
 )
 
@@ -99,6 +100,9 @@ func (c *Config) validate(d *decoder) {
 	}
 	if c.Limits.IdleTimeout == 0 {
 		c.Limits.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Limits.DrainTimeout == 0 {
+		c.Limits.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
@@ -192,6 +196,9 @@ func (c *Config) validate(d *decoder) {
 		}
 		if s.Limits.HeaderTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
+		}
+		if s.Limits.DrainTimeout != 0 {
+			d.errorfAt(s.Pos, path+".limits.drain_timeout", "drain_timeout applies to the whole process; set it under the top-level limits")
 		}
 		for _, p := range s.Clients {
 			if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {

@@ -101,6 +101,12 @@ type Limits struct {
 	// IdleTimeout closes a CONNECT tunnel after this long with no bytes in
 	// either direction, and idle client keep-alive connections; default 5m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// DrainTimeout is how long a shutdown (SIGTERM, SIGINT) lets requests
+	// in flight finish and open tunnels carry on after Airlock stops
+	// accepting connections; then they are closed. Default 10s. Top level
+	// only. Keep it below the orchestrator's grace period (Kubernetes:
+	// terminationGracePeriodSeconds, 30s by default).
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 }
 
 // PolicySpec is one named policy: allow and deny rules. Deny always wins.

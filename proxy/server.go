@@ -255,19 +255,30 @@ func (s *Server) NewHTTPServer() *http.Server {
 	}
 }
 
-// Shutdown closes open tunnels and waits for their audit lines to be
-// written, or for ctx to end. Call it after http.Server.Shutdown.
+// closeWait bounds how long Shutdown waits for tunnels it has closed to
+// write their audit lines.
+const closeWait = 5 * time.Second
+
+// Shutdown drains open tunnels: it lets them carry on until they end or
+// ctx ends (the drain time), then closes those still open (audit
+// close_reason "shutdown") and waits up to 5s for their audit lines. Call
+// it after http.Server.Shutdown, which stops new connections. It returns
+// an error only if closed tunnels did not finish in those 5s.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.closeTunnels()
 	done := make(chan struct{})
 	go func() { s.tunnels.Wait(); close(done) }()
 	select {
 	case <-done:
-		s.tr.CloseIdleConnections()
-		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		s.closeTunnels()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			return errors.New("tunnels did not close within 5s of shutdown; their audit lines may be missing")
+		}
 	}
+	s.tr.CloseIdleConnections()
+	return nil
 }
 
 // ServeHTTP identifies the sandbox, checks the request's form, decides on

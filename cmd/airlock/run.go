@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -25,9 +24,6 @@ import (
 	"github.com/airlockhq/airlock/policy"
 	"github.com/airlockhq/airlock/proxy"
 )
-
-// shutdownGrace bounds how long a shutdown waits for requests in flight.
-const shutdownGrace = 10 * time.Second
 
 func newRunCmd() *cobra.Command {
 	var (
@@ -227,17 +223,22 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 		return err
 	case <-ctx.Done():
 	}
-	errlog.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	// Drain: stop accepting; let requests in flight and open tunnels carry
+	// on for limits.drain_timeout (of the configuration in force now);
+	// then close what is left, each tunnel writing its audit line.
+	drain := srv.Config().Limits.DrainTimeout
+	errlog.Info("shutting down", "drain", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		errlog.Warn("shutdown", "error", err)
+	if err := hs.Shutdown(sctx); err != nil {
+		errlog.Warn("requests still in flight after the drain time; closing them", "error", err)
+		hs.Close()
 	}
 	if admin != nil {
-		admin.Shutdown(sctx)
+		admin.Close()
 	}
 	if err := srv.Shutdown(sctx); err != nil {
-		errlog.Warn("tunnels still open at exit", "error", err)
+		errlog.Warn("shutdown", "error", err)
 	}
 	stop() // ends the DNS listener too
 	<-dnsDone
