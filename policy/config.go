@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -104,6 +105,7 @@ func (c *Config) validate(d *decoder) {
 	if c.Limits.DrainTimeout == 0 {
 		c.Limits.DrainTimeout = DefaultDrainTimeout
 	}
+	checkRate(d, c.Limits, c.Limits.Pos, "limits")
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
 	}
@@ -197,6 +199,7 @@ func (c *Config) validate(d *decoder) {
 		if s.Limits.HeaderTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
 		}
+		checkRate(d, s.Limits, s.Pos, path+".limits")
 		if s.Limits.DrainTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.drain_timeout", "drain_timeout applies to the whole process; set it under the top-level limits")
 		}
@@ -250,16 +253,26 @@ func (c *Config) compile() {
 		c.policies[name] = compilePolicy(name, spec, ports)
 	}
 	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
-	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report}
+	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report,
+		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst}
+	c.sandboxes[DefaultSandbox].setBurst()
 	for _, s := range c.Sandboxes {
 		mode := c.Mode
 		if s.Mode != "" {
 			mode = s.Mode
 		}
-		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report}
+		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report,
+			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst}
 		if s.Limits.IdleTimeout != 0 {
 			sb.IdleTimeout = s.Limits.IdleTimeout
 		}
+		if s.Limits.RequestsPerSecond != 0 {
+			sb.RequestsPerSecond, sb.Burst = s.Limits.RequestsPerSecond, 0
+		}
+		if s.Limits.Burst != 0 {
+			sb.Burst = s.Limits.Burst
+		}
+		sb.setBurst()
 		c.sandboxes[s.Name] = sb
 		for _, p := range s.Clients {
 			c.clients = append(c.clients, clientRoute{p.Prefix, sb})
@@ -274,9 +287,27 @@ type Sandbox struct {
 	Name        string
 	Policy      *Policy       // nil: no policy, everything is denied
 	IdleTimeout time.Duration // CONNECT tunnel idle timeout
+	// RequestsPerSecond and Burst are the sandbox's request rate limit
+	// (token bucket); RequestsPerSecond 0 means none.
+	RequestsPerSecond float64
+	Burst             int
 	// Report is set in report mode: the allowlist's refusals are logged
 	// as would_deny and let through (see Decision.Reportable).
 	Report bool
+}
+
+// checkRate reports a negative burst.
+func checkRate(d *decoder, l Limits, pos position, path string) {
+	if l.Burst < 0 {
+		d.errorfAt(pos, path+".burst", "%d: give a positive number of requests, or leave it out", l.Burst)
+	}
+}
+
+// setBurst defaults Burst to RequestsPerSecond rounded up (at least 1).
+func (sb *Sandbox) setBurst() {
+	if sb.RequestsPerSecond > 0 && sb.Burst == 0 {
+		sb.Burst = max(1, int(math.Ceil(sb.RequestsPerSecond)))
+	}
 }
 
 // Reportable reports whether report mode lets a refusal with this

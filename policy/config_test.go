@@ -1222,3 +1222,31 @@ func TestCheckReload(t *testing.T) {
 		}
 	}
 }
+
+func TestRateLimitsDefaultAndOverride(t *testing.T) {
+	c := mustParse(t, lines(
+		"limits: {requests_per_second: 2.5}",
+		"policies: {default: {allow: [{host: a.example}]}}",
+		"sandboxes:",
+		"  - name: fast",
+		"    policy: default",
+		"    limits: {requests_per_second: 100, burst: 10}",
+		"  - name: bursty",
+		"    policy: default",
+		"    limits: {burst: 7}",
+	))
+	for _, tc := range []struct {
+		name  string
+		rps   float64
+		burst int
+	}{{"default", 2.5, 3}, {"fast", 100, 10}, {"bursty", 2.5, 7}} {
+		sb, _ := c.Sandbox(tc.name)
+		if sb.RequestsPerSecond != tc.rps || sb.Burst != tc.burst {
+			t.Errorf("%s: %g/s burst %d; want %g/s burst %d", tc.name, sb.RequestsPerSecond, sb.Burst, tc.rps, tc.burst)
+		}
+	}
+	_, err := Parse("x.yaml", []byte("limits: {requests_per_second: 1, burst: -1}\n"))
+	if err == nil || !strings.Contains(err.Error(), "limits.burst") {
+		t.Errorf("negative burst: %v; want an error naming limits.burst", err)
+	}
+}

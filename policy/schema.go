@@ -107,6 +107,14 @@ type Limits struct {
 	// only. Keep it below the orchestrator's grace period (Kubernetes:
 	// terminationGracePeriodSeconds, 30s by default).
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// RequestsPerSecond caps a sandbox's plain-HTTP requests and CONNECTs
+	// (token bucket, refilled at this rate); 0 = no cap. Over it: 429,
+	// reason quota_exceeded.
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	// Burst is the bucket's size: how many requests may come at once;
+	// default: RequestsPerSecond rounded up, at least 1.
+	Burst int `yaml:"burst"`
+	Pos   position
 }
 
 // PolicySpec is one named policy: allow and deny rules. Deny always wins.

@@ -52,6 +52,7 @@ type Server struct {
 	ca       *certs.CA // nil: no interception
 	broker   *broker.Broker
 	sessions *broker.SessionVerifier
+	rates    rateLimiters
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -311,6 +312,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Sandbox = sb.Name
+	if !s.rates.allow(sb) {
+		ev.Decision, ev.Reason, ev.Status = "deny", reasonQuota, http.StatusTooManyRequests
+		if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
+			ev.Host, ev.Port = h.String(), port
+		}
+		w.Header().Set("Retry-After", "1")
+		writeDecision(w, http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
+			"Airlock refused this request: sandbox %q is over its limit of %g requests per second (burst %d). Slow down and retry.\n",
+			sb.Name, sb.RequestsPerSecond, sb.Burst))
+		ev.Duration = time.Since(ev.Start)
+		s.record(ev)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		ev.Kind = audit.KindTunnel
 		s.serveConnect(w, r, cfg, sb, ev)
@@ -318,6 +332,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.serveHTTP(w, r, cfg, sb, ev)
 }
+
+// reasonQuota refuses a request over its sandbox's rate limit (429).
+const reasonQuota = "quota_exceeded"
 
 // reasonAuth refuses a client without a valid session token (407).
 const reasonAuth = "auth_required"
