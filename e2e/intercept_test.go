@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,7 +24,10 @@ import (
 // for it, so its tunnels are intercepted. It returns the proxy, the
 // upstream and a pool trusting Airlock's generated CA (read back with
 // `airlock ca export`).
-func interceptSetup(t *testing.T) (*testutil.Proxy, *testutil.Upstream, *x509.CertPool, string) {
+// interceptSetup starts Airlock intercepting allowed.test (extra is added
+// to its configuration) and returns it with the upstream, a pool trusting
+// Airlock's CA and that CA's file.
+func interceptSetup(t *testing.T, extra ...string) (*testutil.Proxy, *testutil.Upstream, *x509.CertPool, string) {
 	t.Helper()
 	upCA := testutil.NewCA(t)
 	up := testutil.NewTLSUpstream(t, upCA, "allowed.test")
@@ -46,7 +50,7 @@ policies:
     deny:
       - host: allowed.test
         paths: ["/**/git-receive-pack"]
-`, upCA.WritePEM(t, dir), up.Port())
+`, upCA.WritePEM(t, dir), up.Port()) + strings.Join(extra, "")
 	p := testutil.StartProxy(t, cfg)
 	caPEM, err := execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", p.StateDir)
 	if err != nil {
@@ -239,5 +243,39 @@ func TestCAExportWithoutInterceptionStillWorks(t *testing.T) {
 	pemOut, err := execOutputOnly(testutil.Binary(t), "ca", "export", "--dir", dir)
 	if err != nil || !strings.HasPrefix(pemOut, "-----BEGIN CERTIFICATE-----") || strings.Contains(pemOut, "PRIVATE") {
 		t.Fatalf("ca export: %v\n%s", err, pemOut)
+	}
+}
+
+func TestTunnelsAreClosedAtTheirMaximumLifetime(t *testing.T) {
+	p, up, pool, _ := interceptSetup(t, "limits: {max_tunnel_lifetime: 1s}\n")
+	intercepted, err := openInterceptedTunnel(t, p, fmt.Sprintf("allowed.test:%d", up.Port()), "allowed.test", pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, c, _ := connectRaw(t, p.Addr, fmt.Sprintf("other.allowed.test:%d", up.Port()))
+	if status != "200" {
+		t.Fatal(status)
+	}
+	t.Cleanup(func() { c.Close() })
+	opaque := tls.Client(c, &tls.Config{ServerName: "other.allowed.test", InsecureSkipVerify: true})
+	if err := opaque.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	// Both are idle far below idle_timeout (5m); the lifetime ends them.
+	for name, tc := range map[string]*tls.Conn{"intercepted": intercepted, "opaque": opaque} {
+		tc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if _, err := tc.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s tunnel: read %v; want it closed by max_tunnel_lifetime", name, err)
+		}
+	}
+	p.StopAndFlush(t)
+	var closed int
+	for _, ev := range p.Audit(t) {
+		if ev["event"] == "tunnel" && ev["close_reason"] == "max_lifetime" {
+			closed++
+		}
+	}
+	if closed != 2 {
+		t.Errorf("want 2 tunnel lines with close_reason max_lifetime, got %d:\n%s", closed, strings.Join(p.AuditLines(), "\n"))
 	}
 }

@@ -254,7 +254,7 @@ func (c *Config) compile() {
 	}
 	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
 	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report,
-		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst}
+		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime}
 	c.sandboxes[DefaultSandbox].setBurst()
 	for _, s := range c.Sandboxes {
 		mode := c.Mode
@@ -262,7 +262,7 @@ func (c *Config) compile() {
 			mode = s.Mode
 		}
 		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report,
-			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst}
+			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime}
 		if s.Limits.IdleTimeout != 0 {
 			sb.IdleTimeout = s.Limits.IdleTimeout
 		}
@@ -271,6 +271,9 @@ func (c *Config) compile() {
 		}
 		if s.Limits.Burst != 0 {
 			sb.Burst = s.Limits.Burst
+		}
+		if s.Limits.MaxTunnelLifetime != 0 {
+			sb.MaxTunnelLifetime = s.Limits.MaxTunnelLifetime
 		}
 		sb.setBurst()
 		c.sandboxes[s.Name] = sb
@@ -291,6 +294,8 @@ type Sandbox struct {
 	// (token bucket); RequestsPerSecond 0 means none.
 	RequestsPerSecond float64
 	Burst             int
+	// MaxTunnelLifetime closes tunnels this long after they open; 0: never.
+	MaxTunnelLifetime time.Duration
 	// Report is set in report mode: the allowlist's refusals are logged
 	// as would_deny and let through (see Decision.Reportable).
 	Report bool

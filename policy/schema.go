@@ -107,6 +107,9 @@ type Limits struct {
 	// only. Keep it below the orchestrator's grace period (Kubernetes:
 	// terminationGracePeriodSeconds, 30s by default).
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// MaxTunnelLifetime closes a CONNECT tunnel this long after it opened,
+	// busy or not (audit close_reason "max_lifetime"); 0 = no cap.
+	MaxTunnelLifetime time.Duration `yaml:"max_tunnel_lifetime"`
 	// RequestsPerSecond caps a sandbox's plain-HTTP requests and CONNECTs
 	// (token bucket, refilled at this rate); 0 = no cap. Over it: 429,
 	// reason quota_exceeded.

@@ -251,8 +251,12 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h.hijacked = true
 	lt := &liveTunnel{client: h.ts.ev.Client.Addr(), host: h.ts.host, port: h.ts.port}
 	done := h.done
-	wc := &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: func(sent, received int64) {
+	var wc *watchedConn
+	wc = &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: func(sent, received int64) {
 		h.s.live.remove(lt)
+		if why := wc.why.Load(); why != nil {
+			h.ts.ev.CloseReason = *why
+		}
 		if lt.reloaded.Load() {
 			h.ts.ev.CloseReason = "policy_reload"
 		}
@@ -260,10 +264,10 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}}
 	lt.close = func() { wc.Close() }
 	h.s.live.add(lt)
-	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() {
-		h.ts.ev.CloseReason = "shutdown"
-		wc.Close()
-	})
+	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() { wc.closeBecause("shutdown") })
+	if d := h.ts.sb.MaxTunnelLifetime; d > 0 {
+		wc.expire = time.AfterFunc(d, func() { wc.closeBecause("max_lifetime") })
+	}
 	// goproxy replays what rw.Reader has buffered, then reads wc.
 	return wc, rw, nil
 }
@@ -275,8 +279,10 @@ type watchedConn struct {
 	net.Conn
 	idle           time.Duration
 	sent, received atomic.Int64
-	stop           func() bool
+	stop           func() bool // stops the shutdown hook
+	expire         *time.Timer // the max_lifetime timer, or nil
 	closed         sync.Once
+	why            atomic.Pointer[string] // what closed the tunnel, if not its peers; first one wins
 	done           func(sent, received int64)
 }
 
@@ -294,11 +300,22 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *watchedConn) Close() error {
+func (c *watchedConn) Close() error { return c.closeBecause("") }
+
+// closeBecause closes the connection; the first close reports the bytes
+// moved and why ("" when a peer or goproxy closed it).
+func (c *watchedConn) closeBecause(why string) error {
+	if why != "" {
+		// Before the close: goproxy's reader sees it and calls Close too.
+		c.why.CompareAndSwap(nil, &why)
+	}
 	err := c.Conn.Close()
 	c.closed.Do(func() {
 		if c.stop != nil {
 			c.stop()
+		}
+		if c.expire != nil {
+			c.expire.Stop()
 		}
 		c.done(c.sent.Load(), c.received.Load())
 	})

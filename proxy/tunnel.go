@@ -154,7 +154,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		lt := &liveTunnel{client: ev.Client.Addr(), host: h, port: port, close: func() { clientConn.Close(); upstream.Close() }}
 		s.live.add(lt)
 		defer s.live.remove(lt)
-		ev.BytesSent, ev.BytesReceived, ev.CloseReason = s.pipe(clientConn, hello, upstream, sb.IdleTimeout)
+		ev.BytesSent, ev.BytesReceived, ev.CloseReason = s.pipe(clientConn, hello, upstream, sb.IdleTimeout, sb.MaxTunnelLifetime)
 		if lt.reloaded.Load() {
 			ev.CloseReason = "policy_reload"
 		}
@@ -167,16 +167,17 @@ const tunnelChunk = 1 << 20
 
 // pipe writes replay upstream, then copies between client and upstream
 // until both directions finish,
-// the tunnel is idle for idle, or the server shuts down. It returns the
-// bytes moved client->upstream and upstream->client, and why the tunnel
-// ended: "closed" (a side closed or failed), "idle_timeout" or "shutdown".
+// the tunnel is idle for idle, it has been open for lifetime (if not 0),
+// or the server shuts down. It returns the bytes moved client->upstream
+// and upstream->client, and why the tunnel ended: "closed" (a side closed
+// or failed), "idle_timeout", "max_lifetime" or "shutdown".
 //
 // Both ends are TCP connections, so io.Copy uses the kernel's splice path
 // (net.TCPConn.ReadFrom): no user-space buffer of ours carries the data.
 // The copy moves at most tunnelChunk bytes per step under a read deadline,
 // so idleness is judged across both directions: a long download with a
 // silent client is not idle.
-func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idle time.Duration) (sent, received int64, why string) {
+func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idle, lifetime time.Duration) (sent, received int64, why string) {
 	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 
@@ -210,6 +211,15 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idl
 		client.Close()
 		upstream.Close()
 	})
+	var expired atomic.Bool
+	if lifetime > 0 {
+		t := time.AfterFunc(lifetime, func() {
+			expired.Store(true)
+			client.Close()
+			upstream.Close()
+		})
+		defer t.Stop()
+	}
 	wg.Wait()
 	shutdown := !stop()
 	client.Close()
@@ -217,6 +227,8 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idl
 	switch {
 	case shutdown:
 		why = "shutdown"
+	case expired.Load():
+		why = "max_lifetime"
 	case upIdle || downIdle:
 		why = "idle_timeout"
 	default:
