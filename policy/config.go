@@ -254,7 +254,7 @@ func (c *Config) compile() {
 	}
 	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
 	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report,
-		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime}
+		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime, MaxConnections: c.Limits.MaxConnections}
 	c.sandboxes[DefaultSandbox].setBurst()
 	for _, s := range c.Sandboxes {
 		mode := c.Mode
@@ -262,7 +262,7 @@ func (c *Config) compile() {
 			mode = s.Mode
 		}
 		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report,
-			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime}
+			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime, MaxConnections: c.Limits.MaxConnections}
 		if s.Limits.IdleTimeout != 0 {
 			sb.IdleTimeout = s.Limits.IdleTimeout
 		}
@@ -274,6 +274,9 @@ func (c *Config) compile() {
 		}
 		if s.Limits.MaxTunnelLifetime != 0 {
 			sb.MaxTunnelLifetime = s.Limits.MaxTunnelLifetime
+		}
+		if s.Limits.MaxConnections != 0 {
+			sb.MaxConnections = s.Limits.MaxConnections
 		}
 		sb.setBurst()
 		c.sandboxes[s.Name] = sb
@@ -296,15 +299,20 @@ type Sandbox struct {
 	Burst             int
 	// MaxTunnelLifetime closes tunnels this long after they open; 0: never.
 	MaxTunnelLifetime time.Duration
+	// MaxConnections caps requests in flight plus open tunnels; 0: none.
+	MaxConnections int
 	// Report is set in report mode: the allowlist's refusals are logged
 	// as would_deny and let through (see Decision.Reportable).
 	Report bool
 }
 
-// checkRate reports a negative burst.
+// checkRate reports a negative burst or connection cap.
 func checkRate(d *decoder, l Limits, pos position, path string) {
 	if l.Burst < 0 {
 		d.errorfAt(pos, path+".burst", "%d: give a positive number of requests, or leave it out", l.Burst)
+	}
+	if l.MaxConnections < 0 {
+		d.errorfAt(pos, path+".max_connections", "%d: give a positive number of connections, or leave it out", l.MaxConnections)
 	}
 }
 

@@ -1249,4 +1249,8 @@ func TestRateLimitsDefaultAndOverride(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "limits.burst") {
 		t.Errorf("negative burst: %v; want an error naming limits.burst", err)
 	}
+	_, err = Parse("x.yaml", []byte("limits: {max_connections: -2}\n"))
+	if err == nil || !strings.Contains(err.Error(), "limits.max_connections") {
+		t.Errorf("negative max_connections: %v; want an error naming limits.max_connections", err)
+	}
 }

@@ -110,6 +110,10 @@ type Limits struct {
 	// MaxTunnelLifetime closes a CONNECT tunnel this long after it opened,
 	// busy or not (audit close_reason "max_lifetime"); 0 = no cap.
 	MaxTunnelLifetime time.Duration `yaml:"max_tunnel_lifetime"`
+	// MaxConnections caps a sandbox's plain-HTTP requests in flight plus
+	// its open CONNECT tunnels; 0 = no cap. Over it: 429, reason
+	// quota_exceeded.
+	MaxConnections int `yaml:"max_connections"`
 	// RequestsPerSecond caps a sandbox's plain-HTTP requests and CONNECTs
 	// (token bucket, refilled at this rate); 0 = no cap. Over it: 429,
 	// reason quota_exceeded.

@@ -107,4 +107,5 @@ func (s *Server) record(ev *audit.Event) {
 		ev.Query = s.broker.Redact(ev.Sandbox, ev.Query)
 	}
 	s.log.Log(ev)
+	s.conns.release(ev)
 }

@@ -57,3 +57,48 @@ func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 		t.Errorf("upstream saw %d requests, want 3 (refused ones never forwarded)", n)
 	}
 }
+
+func TestConnectionCapAnswers429UntilATunnelCloses(t *testing.T) {
+	up, pool := tlsUpstream(t)
+	plain := testutil.NewUpstream(t)
+	addr, srv := startProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {allowed.test: 127.0.0.1}
+limits: {max_connections: 1}
+policies:
+  default:
+    allow:
+      - host: allowed.test
+        ports: [%d, %d]
+`, up.Port(), plain.Port()))
+	pu, _ := url.Parse("http://" + addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
+	get := func() int {
+		t.Helper()
+		resp, err := c.Get(fmt.Sprintf("http://allowed.test:%d/x", plain.Port()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Sequential requests each give their slot back.
+	for i := range 3 {
+		if code := get(); code != 200 {
+			t.Fatalf("request %d: %d", i+1, code)
+		}
+	}
+	raw, _, _ := openTunnel(t, addr, up.Port(), pool)
+	if code := get(); code != http.StatusTooManyRequests {
+		t.Errorf("a request while the tunnel holds the only slot: %d, want 429", code)
+	}
+	raw.Close()
+	for deadline := time.Now().Add(10 * time.Second); srv.OpenTunnels() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code := get(); code != 200 {
+		t.Errorf("after the tunnel closed: %d, want 200", code)
+	}
+}

@@ -53,6 +53,7 @@ type Server struct {
 	broker   *broker.Broker
 	sessions *broker.SessionVerifier
 	rates    rateLimiters
+	conns    connLimits
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -312,15 +313,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Sandbox = sb.Name
-	if !s.rates.allow(sb) {
+	if over := s.overQuota(sb, ev); over != "" {
 		ev.Decision, ev.Reason, ev.Status = "deny", reasonQuota, http.StatusTooManyRequests
 		if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
 			ev.Host, ev.Port = h.String(), port
 		}
 		w.Header().Set("Retry-After", "1")
 		writeDecision(w, http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
-			"Airlock refused this request: sandbox %q is over its limit of %g requests per second (burst %d). Slow down and retry.\n",
-			sb.Name, sb.RequestsPerSecond, sb.Burst))
+			"Airlock refused this request: sandbox %q is over its limit of %s. Slow down and retry.\n", sb.Name, over))
 		ev.Duration = time.Since(ev.Start)
 		s.record(ev)
 		return
