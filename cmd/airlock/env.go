@@ -28,14 +28,9 @@ into the state directory), and one variable per credential holding the sandbox's
 placeholder (never the credential). Use it as: eval "$(airlock env --sandbox agent-1)".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(configPath, nil)
+			cfg, err := loadSandboxConfig(cmd, configPath, sandbox)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{1}
-			}
-			if _, ok := cfg.Sandbox(sandbox); !ok {
-				fmt.Fprintf(cmd.ErrOrStderr(), "no sandbox named %q in %s\n", sandbox, cfg.File())
-				return exitError{2}
+				return err
 			}
 			if proxyAddr == "" {
 				proxyAddr = string(cfg.Listen.Proxy)
@@ -153,4 +148,21 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// loadSandboxConfig loads the policy file at path (the embedded policy if
+// empty) and checks that it has the named sandbox. Its errors are printed
+// to cmd's stderr and returned as exit codes: 1 for a bad file, 2 for an
+// unknown sandbox.
+func loadSandboxConfig(cmd *cobra.Command, path, sandbox string) (*policy.Config, error) {
+	cfg, err := loadConfig(path, nil)
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), err)
+		return nil, exitError{1}
+	}
+	if _, ok := cfg.Sandbox(sandbox); !ok {
+		fmt.Fprintf(cmd.ErrOrStderr(), "no sandbox named %q in %s\n", sandbox, cfg.File())
+		return nil, exitError{2}
+	}
+	return cfg, nil
 }

@@ -22,14 +22,9 @@ credentials: HTTPS_PROXY=http://SANDBOX:TOKEN@airlock:3128. Revoke it before it 
 adding its ID (jti) to auth.revoked.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(configPath, nil)
+			cfg, err := loadSandboxConfig(cmd, configPath, sandbox)
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), err)
-				return exitError{1}
-			}
-			if _, ok := cfg.Sandbox(sandbox); !ok {
-				fmt.Fprintf(cmd.ErrOrStderr(), "no sandbox named %q in %s\n", sandbox, cfg.File())
-				return exitError{2}
+				return err
 			}
 			if ttl <= 0 || ttl > 30*24*time.Hour {
 				fmt.Fprintln(cmd.ErrOrStderr(), "--ttl must be between 1s and 720h")
