@@ -105,7 +105,7 @@ func (c *Config) validate(d *decoder) {
 	if c.Limits.DrainTimeout == 0 {
 		c.Limits.DrainTimeout = DefaultDrainTimeout
 	}
-	checkRate(d, c.Limits, c.Limits.Pos, "limits")
+	checkLimits(d, c.Limits, c.Limits.Pos, "limits")
 	if c.Audit.Output == "" {
 		c.Audit.Output = "stdout"
 	}
@@ -199,7 +199,7 @@ func (c *Config) validate(d *decoder) {
 		if s.Limits.HeaderTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
 		}
-		checkRate(d, s.Limits, s.Pos, path+".limits")
+		checkLimits(d, s.Limits, s.Pos, path+".limits")
 		if s.Limits.DrainTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.drain_timeout", "drain_timeout applies to the whole process; set it under the top-level limits")
 		}
@@ -253,32 +253,13 @@ func (c *Config) compile() {
 		c.policies[name] = compilePolicy(name, spec, ports)
 	}
 	c.sandboxes = make(map[string]*Sandbox, len(c.Sandboxes)+1)
-	c.sandboxes[DefaultSandbox] = &Sandbox{Name: DefaultSandbox, Policy: c.policies[DefaultSandbox], IdleTimeout: c.Limits.IdleTimeout, Report: c.Mode == Report,
-		RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime, MaxConnections: c.Limits.MaxConnections}
-	c.sandboxes[DefaultSandbox].setBurst()
+	c.sandboxes[DefaultSandbox] = newSandbox(DefaultSandbox, c.policies[DefaultSandbox], c.Mode == Report, c.Limits, Limits{})
 	for _, s := range c.Sandboxes {
 		mode := c.Mode
 		if s.Mode != "" {
 			mode = s.Mode
 		}
-		sb := &Sandbox{Name: s.Name, Policy: c.policies[s.Policy], IdleTimeout: c.Limits.IdleTimeout, Report: mode == Report,
-			RequestsPerSecond: c.Limits.RequestsPerSecond, Burst: c.Limits.Burst, MaxTunnelLifetime: c.Limits.MaxTunnelLifetime, MaxConnections: c.Limits.MaxConnections}
-		if s.Limits.IdleTimeout != 0 {
-			sb.IdleTimeout = s.Limits.IdleTimeout
-		}
-		if s.Limits.RequestsPerSecond != 0 {
-			sb.RequestsPerSecond, sb.Burst = s.Limits.RequestsPerSecond, 0
-		}
-		if s.Limits.Burst != 0 {
-			sb.Burst = s.Limits.Burst
-		}
-		if s.Limits.MaxTunnelLifetime != 0 {
-			sb.MaxTunnelLifetime = s.Limits.MaxTunnelLifetime
-		}
-		if s.Limits.MaxConnections != 0 {
-			sb.MaxConnections = s.Limits.MaxConnections
-		}
-		sb.setBurst()
+		sb := newSandbox(s.Name, c.policies[s.Policy], mode == Report, c.Limits, s.Limits)
 		c.sandboxes[s.Name] = sb
 		for _, p := range s.Clients {
 			c.clients = append(c.clients, clientRoute{p.Prefix, sb})
@@ -306,8 +287,8 @@ type Sandbox struct {
 	Report bool
 }
 
-// checkRate reports a negative burst or connection cap.
-func checkRate(d *decoder, l Limits, pos position, path string) {
+// checkLimits reports a negative burst or connection cap.
+func checkLimits(d *decoder, l Limits, pos position, path string) {
 	if l.Burst < 0 {
 		d.errorfAt(pos, path+".burst", "%d: give a positive number of requests, or leave it out", l.Burst)
 	}
@@ -316,11 +297,32 @@ func checkRate(d *decoder, l Limits, pos position, path string) {
 	}
 }
 
-// setBurst defaults Burst to RequestsPerSecond rounded up (at least 1).
-func (sb *Sandbox) setBurst() {
+// newSandbox returns a sandbox whose limits are top's, overridden by each
+// limit own sets. A sandbox that sets its own rate gets its own default
+// burst (the rate rounded up, at least 1) unless it sets a burst too.
+func newSandbox(name string, p *Policy, report bool, top, own Limits) *Sandbox {
+	sb := &Sandbox{Name: name, Policy: p, Report: report, IdleTimeout: top.IdleTimeout,
+		RequestsPerSecond: top.RequestsPerSecond, Burst: top.Burst,
+		MaxTunnelLifetime: top.MaxTunnelLifetime, MaxConnections: top.MaxConnections}
+	if own.IdleTimeout != 0 {
+		sb.IdleTimeout = own.IdleTimeout
+	}
+	if own.RequestsPerSecond != 0 {
+		sb.RequestsPerSecond, sb.Burst = own.RequestsPerSecond, 0
+	}
+	if own.Burst != 0 {
+		sb.Burst = own.Burst
+	}
+	if own.MaxTunnelLifetime != 0 {
+		sb.MaxTunnelLifetime = own.MaxTunnelLifetime
+	}
+	if own.MaxConnections != 0 {
+		sb.MaxConnections = own.MaxConnections
+	}
 	if sb.RequestsPerSecond > 0 && sb.Burst == 0 {
 		sb.Burst = max(1, int(math.Ceil(sb.RequestsPerSecond)))
 	}
+	return sb
 }
 
 // Reportable reports whether report mode lets a refusal with this

@@ -58,10 +58,6 @@ type decoder struct {
 	errs []error
 }
 
-// laterKeys are keys of the design's configuration contract that later
-// versions implement: refused with a message that says so, not as typos.
-var laterKeys = map[string]string{}
-
 // nodeDecoder is implemented by config types that parse and validate their
 // own YAML node (host patterns, CIDRs, ports, durations...).
 type nodeDecoder interface {
@@ -217,10 +213,6 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 		seen[k.Value] = true
 		fi, ok := fields[k.Value]
 		if !ok {
-			if what, later := laterKeys[kp]; later {
-				d.errorf(k, kp, "%s is not available in this version of Airlock; remove the key", what)
-				continue
-			}
 			d.errorf(k, kp, "unknown key; expected one of: %s", strings.Join(keys, ", "))
 			continue
 		}

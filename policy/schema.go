@@ -92,8 +92,9 @@ type TLSSpec struct {
 	Pos        position
 }
 
-// Limits holds timeouts. Top-level values are the defaults; a sandbox's
-// limits override them where set.
+// Limits holds timeouts and quotas. Top-level values are the defaults; a
+// sandbox's limits override them where set (header_timeout and
+// drain_timeout are top level only).
 type Limits struct {
 	// HeaderTimeout bounds reading a request's header; default 10s. Top level
 	// only: the sandbox is not known until the header is read.

@@ -299,38 +299,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, why := s.identify(r, cfg, client.Addr())
 	if sb == nil {
-		// 407: the client must present a (valid) session token. The
-		// header, and whatever token it held, go nowhere else.
-		ev.Sandbox, ev.Decision, ev.Reason, ev.Status = "", "deny", reasonAuth, http.StatusProxyAuthRequired
-		if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
-			ev.Host, ev.Port = h.String(), port
-		}
+		// The header, and whatever token it held, go nowhere else.
 		w.Header().Set("Proxy-Authenticate", `Basic realm="airlock"`)
-		writeDecision(w, http.StatusProxyAuthRequired, reasonAuth, "Airlock needs a session token: "+why+
+		s.refuseEarly(w, r, ev, http.StatusProxyAuthRequired, reasonAuth, "Airlock needs a session token: "+why+
 			". Put it in the proxy URL, as in HTTPS_PROXY=http://SANDBOX:TOKEN@airlock:3128.\n")
-		ev.Duration = time.Since(ev.Start)
-		s.record(ev)
 		return
 	}
 	ev.Sandbox = sb.Name
 	if over := s.overQuota(sb, ev); over != "" {
-		ev.Decision, ev.Reason, ev.Status = "deny", reasonQuota, http.StatusTooManyRequests
-		if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
-			ev.Host, ev.Port = h.String(), port
-		}
 		w.Header().Set("Retry-After", "1")
-		writeDecision(w, http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
+		s.refuseEarly(w, r, ev, http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
 			"Airlock refused this request: sandbox %q is over its limit of %s. Slow down and retry.\n", sb.Name, over))
-		ev.Duration = time.Since(ev.Start)
-		s.record(ev)
 		return
 	}
 	if r.Method == http.MethodConnect {
-		ev.Kind = audit.KindTunnel
 		s.serveConnect(w, r, cfg, sb, ev)
 		return
 	}
 	s.serveHTTP(w, r, cfg, sb, ev)
+}
+
+// refuseEarly answers a request refused before its form is checked
+// (authentication, quotas) and records its audit event, naming the host
+// when r.Host parses as one.
+func (s *Server) refuseEarly(w http.ResponseWriter, r *http.Request, ev *audit.Event, status int, reason, body string) {
+	ev.Decision, ev.Reason, ev.Status = "deny", reason, status
+	if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
+		ev.Host, ev.Port = h.String(), port
+	}
+	writeDecision(w, status, reason, body)
+	ev.Duration = time.Since(ev.Start)
+	s.record(ev)
 }
 
 // reasonQuota refuses a request over its sandbox's rate limit (429).
