@@ -132,14 +132,9 @@ func exfilConfig(e policy.ExfilSpec) ExfilConfig {
 // Serve listens on addr over UDP and TCP until ctx ends. ready, if not
 // nil, receives the bound UDP and TCP addresses once both listen.
 func (s *Server) Serve(ctx context.Context, addr string, ready func(udp, tcp net.Addr)) error {
-	pc, err := net.ListenPacket("udp", addr)
+	pc, ln, err := listenUDPAndTCP(addr)
 	if err != nil {
-		return fmt.Errorf("dns: listen udp %s: %w", addr, err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("dns: listen tcp %s: %w", addr, err)
+		return err
 	}
 	us := &dns.Server{PacketConn: pc, Handler: s, ReadTimeout: 2 * time.Second}
 	ts := &dns.Server{Listener: netutil.LimitListener(ln, MaxTCPConns), Handler: s, ReadTimeout: 5 * time.Second, IdleTimeout: func() time.Duration { return 10 * time.Second }}
@@ -158,6 +153,27 @@ func (s *Server) Serve(ctx context.Context, addr string, ready func(udp, tcp net
 	us.ShutdownContext(sctx)
 	ts.ShutdownContext(sctx)
 	return err
+}
+
+// listenUDPAndTCP listens on addr over UDP and on the same port over TCP.
+// When addr's port is 0 the kernel picks the UDP port, whose TCP twin may
+// be taken: then it tries again with another port, a few times.
+func listenUDPAndTCP(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dns: listen udp %s: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || attempt == 4 {
+			return nil, nil, fmt.Errorf("dns: listen tcp %s: %w", pc.LocalAddr(), err)
+		}
+	}
 }
 
 // ServeDNS answers one query (dns.Handler).

@@ -36,11 +36,7 @@ func newUpstream(t testing.TB, records ...string) *upstream {
 		k := strings.ToLower(rr.Header().Name) + " " + dns.TypeToString[rr.Header().Rrtype]
 		u.answers[k] = append(u.answers[k], rr)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	pc, ln, err := listenUDPAndTCP("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,9 +96,16 @@ func startFilterLog(t testing.TB, cfgYAML string, up *upstream, log io.Writer) s
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
-	go s.Serve(ctx, "127.0.0.1:0", func(u, _ net.Addr) { addr <- u.String() })
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ctx, "127.0.0.1:0", func(u, _ net.Addr) { addr <- u.String() }) }()
 	t.Cleanup(cancel)
-	return <-addr
+	select {
+	case a := <-addr:
+		return a
+	case err := <-errc:
+		t.Fatalf("Serve: %v", err)
+		return ""
+	}
 }
 
 const testPolicy = `
