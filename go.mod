@@ -3,6 +3,7 @@ module github.com/airlockhq/airlock
 go 1.26.8
 
 require (
+	github.com/dustin/go-humanize v1.1.0
 	github.com/elazarl/goproxy v1.9.3
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/golang-jwt/jwt/v5 v5.3.1

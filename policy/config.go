@@ -24,7 +24,12 @@ const (
 	DefaultHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout   = 5 * time.Minute
 	DefaultDrainTimeout  = 10 * time.Second
-	DefaultSandbox       = "default" // the sandbox of clients no other sandbox claims
+	// DefaultMaxHeaderBytes is limits.max_header_bytes when unset, and
+	// MaxHeaderBytesCap the most it may be.
+	DefaultMaxHeaderBytes ByteSize = 64 << 10
+	MaxHeaderBytesCap     ByteSize = 1 << 20
+	DefaultBytesWindow             = time.Hour
+	DefaultSandbox                 = "default" // the sandbox of clients no other sandbox claims
 )
 
 // DefaultPorts are the destination ports of allow rules that name none, when
@@ -104,6 +109,12 @@ func (c *Config) validate(d *decoder) {
 	}
 	if c.Limits.DrainTimeout == 0 {
 		c.Limits.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.Limits.MaxHeaderBytes == 0 {
+		c.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.Limits.BytesWindow == 0 {
+		c.Limits.BytesWindow = DefaultBytesWindow
 	}
 	checkLimits(d, c.Limits, c.Limits.Pos, "limits")
 	if c.Audit.Output == "" {
@@ -200,6 +211,10 @@ func (c *Config) validate(d *decoder) {
 			d.errorfAt(s.Pos, path+".limits.header_timeout", "header_timeout applies to the whole listener; set it under the top-level limits")
 		}
 		checkLimits(d, s.Limits, s.Pos, path+".limits")
+		if s.Limits.MaxHeaderBytes > c.Limits.MaxHeaderBytes {
+			d.errorfAt(s.Pos, path+".limits.max_header_bytes", "%s is above the listener's cap, the top-level limits.max_header_bytes (%s); raise that one, or give the sandbox a lower cap",
+				s.Limits.MaxHeaderBytes, c.Limits.MaxHeaderBytes)
+		}
 		if s.Limits.DrainTimeout != 0 {
 			d.errorfAt(s.Pos, path+".limits.drain_timeout", "drain_timeout applies to the whole process; set it under the top-level limits")
 		}
@@ -282,13 +297,26 @@ type Sandbox struct {
 	MaxTunnelLifetime time.Duration
 	// MaxConnections caps requests in flight plus open tunnels; 0: none.
 	MaxConnections int
+	// MaxHeaderBytes caps a request header (bytes, as received); never
+	// above the listener's cap.
+	MaxHeaderBytes int64
+	// MaxRequestBody caps one request body in bytes; 0: none.
+	MaxRequestBody int64
+	// MaxBytesSent and MaxBytesReceived cap the bytes moved each way in
+	// each BytesWindow; 0: none.
+	MaxBytesSent, MaxBytesReceived int64
+	BytesWindow                    time.Duration
 	// Report is set in report mode: the allowlist's refusals are logged
 	// as would_deny and let through (see Decision.Reportable).
 	Report bool
 }
 
-// checkLimits reports a negative burst or connection cap.
+// checkLimits reports a negative burst or connection cap, and a header
+// cap outside 1 KiB..1 MiB.
 func checkLimits(d *decoder, l Limits, pos position, path string) {
+	if l.MaxHeaderBytes != 0 && (l.MaxHeaderBytes < 1<<10 || l.MaxHeaderBytes > MaxHeaderBytesCap) {
+		d.errorfAt(pos, path+".max_header_bytes", "%s: give a size from 1KiB to %s", l.MaxHeaderBytes, MaxHeaderBytesCap)
+	}
 	if l.Burst < 0 {
 		d.errorfAt(pos, path+".burst", "%d: give a positive number of requests, or leave it out", l.Burst)
 	}
@@ -303,7 +331,25 @@ func checkLimits(d *decoder, l Limits, pos position, path string) {
 func newSandbox(name string, p *Policy, report bool, top, own Limits) *Sandbox {
 	sb := &Sandbox{Name: name, Policy: p, Report: report, IdleTimeout: top.IdleTimeout,
 		RequestsPerSecond: top.RequestsPerSecond, Burst: top.Burst,
-		MaxTunnelLifetime: top.MaxTunnelLifetime, MaxConnections: top.MaxConnections}
+		MaxTunnelLifetime: top.MaxTunnelLifetime, MaxConnections: top.MaxConnections,
+		MaxHeaderBytes: int64(top.MaxHeaderBytes), MaxRequestBody: int64(top.MaxRequestBody),
+		MaxBytesSent: int64(top.MaxBytesSent), MaxBytesReceived: int64(top.MaxBytesReceived), BytesWindow: top.BytesWindow}
+	for _, o := range []struct {
+		own int64
+		sb  *int64
+	}{
+		{int64(own.MaxHeaderBytes), &sb.MaxHeaderBytes},
+		{int64(own.MaxRequestBody), &sb.MaxRequestBody},
+		{int64(own.MaxBytesSent), &sb.MaxBytesSent},
+		{int64(own.MaxBytesReceived), &sb.MaxBytesReceived},
+	} {
+		if o.own != 0 {
+			*o.sb = o.own
+		}
+	}
+	if own.BytesWindow != 0 {
+		sb.BytesWindow = own.BytesWindow
+	}
 	if own.IdleTimeout != 0 {
 		sb.IdleTimeout = own.IdleTimeout
 	}
@@ -683,7 +729,7 @@ func (c *Config) validateMinters(d *decoder, path string, src *SourceSpec) {
 }
 
 // CheckReload reports what in c cannot replace old without a restart:
-// listeners, TLS files, resolvers, credentials and DNS settings are bound
+// listeners and their header limits, TLS files, resolvers, credentials and DNS settings are bound
 // when Airlock starts, and so is turning session tokens on (the signing
 // key is loaded at start). Policies, sandboxes, address rules, static
 // hosts, ports, limits, auth.revoked and turning auth.required off can
@@ -695,6 +741,9 @@ func (c *Config) CheckReload(old *Config) error {
 		now, was any
 	}{
 		{"listen", c.Listen, old.Listen},
+		// Read by the listener's http.Server, which cannot change them.
+		{"limits.header_timeout", c.Limits.HeaderTimeout, old.Limits.HeaderTimeout},
+		{"limits.max_header_bytes", c.Limits.MaxHeaderBytes, old.Limits.MaxHeaderBytes},
 		{"tls", c.TLS, old.TLS},
 		{"auth.key", c.Auth.Key, old.Auth.Key},
 		{"network.resolvers", c.Network.Resolvers, old.Network.Resolvers},

@@ -1215,6 +1215,8 @@ func TestCheckReload(t *testing.T) {
 		{"10.0.0.2", "10.0.0.3", "network.resolvers"},
 		{"env: T", "env: U", "credentials"},
 		{"policies:", "auth: {required: true}\npolicies:", "auth.required"},
+		{"policies:", "limits: {header_timeout: 3s}\npolicies:", "limits.header_timeout"},
+		{"policies:", "limits: {max_header_bytes: 8KiB}\npolicies:", "limits.max_header_bytes"},
 	} {
 		changed := mustParse(t, strings.Replace(base, tc.from, tc.to, 1))
 		if err := changed.CheckReload(old); err == nil || !strings.Contains(err.Error(), tc.key) {
@@ -1252,5 +1254,55 @@ func TestRateLimitsDefaultAndOverride(t *testing.T) {
 	_, err = Parse("x.yaml", []byte("limits: {max_connections: -2}\n"))
 	if err == nil || !strings.Contains(err.Error(), "limits.max_connections") {
 		t.Errorf("negative max_connections: %v; want an error naming limits.max_connections", err)
+	}
+}
+
+func TestByteLimitsParseInheritAndCheck(t *testing.T) {
+	c := mustParse(t, lines(
+		"limits: {max_header_bytes: 32KiB, max_request_body: 10MB, max_bytes_sent: 1073741824, bytes_window: 10m}",
+		"policies: {default: {allow: [{host: a.example}]}}",
+		"sandboxes:",
+		"  - name: small",
+		"    policy: default",
+		`    limits: {max_header_bytes: 8KiB, max_request_body: "1.5 KiB", max_bytes_received: 2GiB, bytes_window: 1m}`,
+	))
+	def, _ := c.Sandbox(DefaultSandbox)
+	small, _ := c.Sandbox("small")
+	for _, tc := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"default max_header_bytes", def.MaxHeaderBytes, 32 << 10},
+		{"default max_request_body", def.MaxRequestBody, 10_000_000},
+		{"default max_bytes_sent", def.MaxBytesSent, 1 << 30},
+		{"default max_bytes_received", def.MaxBytesReceived, 0},
+		{"default bytes_window", int64(def.BytesWindow), int64(10 * time.Minute)},
+		{"small max_header_bytes", small.MaxHeaderBytes, 8 << 10},
+		{"small max_request_body", small.MaxRequestBody, 1536},
+		{"small max_bytes_sent (inherited)", small.MaxBytesSent, 1 << 30},
+		{"small max_bytes_received", small.MaxBytesReceived, 2 << 30},
+		{"small bytes_window", int64(small.BytesWindow), int64(time.Minute)},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+	if d := mustParse(t, "policies: {default: {}}\n"); d.Limits.MaxHeaderBytes != DefaultMaxHeaderBytes || d.Limits.BytesWindow != DefaultBytesWindow {
+		t.Errorf("defaults: max_header_bytes %v, bytes_window %v; want 64 KiB and 1h", d.Limits.MaxHeaderBytes, d.Limits.BytesWindow)
+	}
+
+	for _, tc := range []struct{ yaml, want string }{
+		{"limits: {max_request_body: -1}", "x.yaml:1:28: limits.max_request_body: expected a size in bytes"},
+		{"limits: {max_request_body: ten}", "limits.max_request_body: expected a size such as 65536, 64KiB or 10MB"},
+		{"limits: {max_bytes_sent: [1]}", "limits.max_bytes_sent: expected a size"},
+		{"limits: {max_header_bytes: 100}", "limits.max_header_bytes: 100 B: give a size from 1KiB to 1.0 MiB"},
+		{"limits: {max_header_bytes: 2MiB}", "limits.max_header_bytes: 2.0 MiB: give a size from 1KiB"},
+		{lines("policies: {default: {}}", "sandboxes:", "  - name: big", "    policy: default", "    limits: {max_header_bytes: 128KiB}"),
+			"sandboxes[0].limits.max_header_bytes: 128 KiB is above the listener's cap, the top-level limits.max_header_bytes (64 KiB)"},
+	} {
+		_, err := Parse("x.yaml", []byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v; want an error containing %q", tc.yaml, err, tc.want)
+		}
 	}
 }

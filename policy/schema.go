@@ -122,7 +122,31 @@ type Limits struct {
 	// Burst is the bucket's size: how many requests may come at once;
 	// default: RequestsPerSecond rounded up, at least 1.
 	Burst int `yaml:"burst"`
-	Pos   position
+	// MaxHeaderBytes caps a request's header (request line and fields as
+	// received); default 64 KiB, at most 1 MiB. The top-level value is the
+	// listener's own cap, applied before the sandbox is known: Go's
+	// net/http answers 431 itself, and no audit line is written. A sandbox
+	// may set a lower cap (not a higher one); over it: 431, reason
+	// quota_exceeded, on record. Inside intercepted tunnels both apply.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// MaxRequestBody caps one request body, plain HTTP or intercepted
+	// HTTPS (an opaque tunnel's requests are not visible); 0 = no cap.
+	// Over it: 413, reason quota_exceeded; a body without Content-Length
+	// is cut off when it crosses the cap.
+	MaxRequestBody ByteSize `yaml:"max_request_body"`
+	// MaxBytesSent and MaxBytesReceived cap the bytes a sandbox moves in
+	// each BytesWindow (fixed windows, the first starting with its first
+	// byte): request bodies and tunnel bytes sent upstream, response
+	// bodies and tunnel bytes received; 0 = no cap. Once a window's cap
+	// is reached, new requests and CONNECTs get 429, reason
+	// quota_exceeded, with Retry-After set to the window's end, and
+	// transfers and tunnels that cross it are cut off (tunnel
+	// close_reason quota_exceeded).
+	MaxBytesSent     ByteSize `yaml:"max_bytes_sent"`
+	MaxBytesReceived ByteSize `yaml:"max_bytes_received"`
+	// BytesWindow is the length of a byte-quota window; default 1h.
+	BytesWindow time.Duration `yaml:"bytes_window"`
+	Pos         position
 }
 
 // PolicySpec is one named policy: allow and deny rules. Deny always wins.
