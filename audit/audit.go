@@ -63,8 +63,14 @@ type Event struct {
 	BytesReceived int64
 	Duration      time.Duration // from Start until the response or tunnel finished
 	// CloseReason says why an allowed tunnel ended: "closed" (either side
-	// closed or failed), "idle_timeout" or "shutdown"; empty otherwise.
+	// closed or failed), "idle_timeout", "max_lifetime", "quota_exceeded",
+	// "policy_reload" or "shutdown"; for a plain-HTTP transfer cut off by
+	// a byte quota, "quota_exceeded"; empty otherwise.
 	CloseReason string
+	// Limit names the limits key a request was refused or cut off for
+	// ("requests_per_second", "max_bytes_sent", "idle_timeout", ...);
+	// written as "limit".
+	Limit string
 
 	// DNS queries (KindDNS): Host is the question name (written as
 	// dns.question.name), QType its type ("A", "TXT"), RCode the answer's
@@ -158,6 +164,7 @@ func (l *Logger) Log(e *Event) {
 			ev = ev.Str("network.peer.address", e.Peer.Unmap().String())
 		}
 		opt("close_reason", e.CloseReason)
+		opt("limit", e.Limit)
 		opt("credential", e.Credential)
 		ev = ev.Bool("intercepted", e.Intercepted).
 			Int64("bytes_sent", e.BytesSent).

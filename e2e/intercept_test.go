@@ -271,7 +271,7 @@ func TestTunnelsAreClosedAtTheirMaximumLifetime(t *testing.T) {
 	p.StopAndFlush(t)
 	var closed int
 	for _, ev := range p.Audit(t) {
-		if ev["event"] == "tunnel" && ev["close_reason"] == "max_lifetime" {
+		if ev["event"] == "tunnel" && ev["close_reason"] == "max_lifetime" && ev["limit"] == "max_tunnel_lifetime" {
 			closed++
 		}
 	}

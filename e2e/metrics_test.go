@@ -11,17 +11,12 @@ import (
 	"github.com/airlockhq/airlock/internal/testutil"
 )
 
-// The admin listener's /metrics, scraped and parsed with the Prometheus
-// text parser, counts what the audit log records.
-func TestMetricsAreScrapedAndParsed(t *testing.T) {
-	up := testutil.NewUpstream(t)
-	adminPort := freePort(t)
-	p := testutil.StartProxy(t, fmt.Sprintf("listen:\n  admin: 127.0.0.1:%d\n", adminPort)+localConfig(up.Port()))
-	c := httpClient(p.URL(), nil)
-	get(t, c, fmt.Sprintf("http://allowed.test:%d/", up.Port()))
-	get(t, c, fmt.Sprintf("http://unlisted.test:%d/", up.Port()))
-	p.WaitAudit(t, 2)
-
+// scrape fetches the admin listener's /metrics and parses it with the
+// Prometheus text parser. The returned function sums the counters and
+// gauges of one metric whose labels include labels; it fails the test if
+// the metric is missing.
+func scrape(t *testing.T, adminPort int) func(name string, labels map[string]string) float64 {
+	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", adminPort))
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +27,8 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the metrics do not parse: %v", err)
 	}
-	count := func(name string, labels map[string]string) float64 {
+	return func(name string, labels map[string]string) float64 {
+		t.Helper()
 		f, ok := fams[name]
 		if !ok {
 			t.Fatalf("no metric %s", name)
@@ -49,6 +45,20 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 		}
 		return total
 	}
+}
+
+// The admin listener's /metrics, scraped and parsed with the Prometheus
+// text parser, counts what the audit log records.
+func TestMetricsAreScrapedAndParsed(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	adminPort := freePort(t)
+	p := testutil.StartProxy(t, fmt.Sprintf("listen:\n  admin: 127.0.0.1:%d\n", adminPort)+localConfig(up.Port()))
+	c := httpClient(p.URL(), nil)
+	get(t, c, fmt.Sprintf("http://allowed.test:%d/", up.Port()))
+	get(t, c, fmt.Sprintf("http://unlisted.test:%d/", up.Port()))
+	p.WaitAudit(t, 2)
+
+	count := scrape(t, adminPort)
 	if n := count("airlock_events_total", map[string]string{"event": "http.request", "decision": "allow", "sandbox": "default"}); n != 1 {
 		t.Errorf("allowed requests: %v", n)
 	}
@@ -59,7 +69,7 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 		t.Errorf("bytes received: %v", n)
 	}
 	count("airlock_open_tunnels", nil)
-	if _, ok := fams["go_goroutines"]; !ok {
+	if count("go_goroutines", nil) == 0 {
 		t.Error("no Go runtime metrics")
 	}
 }

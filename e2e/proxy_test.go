@@ -542,7 +542,12 @@ func TestIdleTunnelIsClosed(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the idle tunnel was not closed by the proxy")
 	}
-	wantFields(t, p.WaitAudit(t, 1)[0], map[string]any{"close_reason": "idle_timeout"})
+	wantFields(t, p.WaitAudit(t, 1)[0], map[string]any{"close_reason": "idle_timeout", "limit": "idle_timeout"})
+	// Closing an idle tunnel costs the sandbox nothing: the next one works.
+	_, again := tlsTunnel(t, p, up.Port(), ca.Pool(), "allowed.test")
+	if err := again.Handshake(); err != nil {
+		t.Errorf("a new tunnel after the idle one was closed: %v", err)
+	}
 }
 
 // The CDN-fronting attack: a tunnel to an allowed host whose TLS names

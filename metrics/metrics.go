@@ -1,6 +1,6 @@
 // Package metrics exposes Airlock's Prometheus metrics on the admin
 // listener: requests, tunnels and DNS queries by decision, reason and
-// sandbox, bytes moved, open tunnels, credential mints and their latency,
+// sandbox, bytes moved, limits hit, open tunnels, credential mints and their latency,
 // and reloads by outcome. It derives most of them from audit events, so a
 // metric never disagrees with the audit log; it never records hosts,
 // paths or any request data as labels (their number is the sandbox's to
@@ -24,6 +24,7 @@ type Metrics struct {
 	events   *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	alerts   *prometheus.CounterVec
+	quotas   *prometheus.CounterVec
 	reloads  *prometheus.CounterVec
 	mints    *prometheus.CounterVec
 	mintTime *prometheus.HistogramVec
@@ -46,6 +47,10 @@ func New() *Metrics {
 			Name: "airlock_alerts_total",
 			Help: "High-severity audit events (placeholder_exfiltration, dns_exfiltration), by alert and sandbox.",
 		}, []string{"alert", "sandbox"}),
+		quotas: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_quota_exceeded_total",
+			Help: "Requests refused and transfers or tunnels cut off by a sandbox limit, by limit (the limits key: requests_per_second, max_connections, max_bytes_sent, max_bytes_received, max_request_body, max_header_bytes, idle_timeout, max_tunnel_lifetime) and sandbox.",
+		}, []string{"limit", "sandbox"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_reloads_total",
 			Help: "Configuration reloads, by outcome (success, failure).",
@@ -60,7 +65,7 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8), // 1 ms to 16 s
 		}, []string{"credential"}),
 	}
-	m.reg.MustRegister(m.events, m.bytes, m.alerts, m.reloads, m.mints, m.mintTime,
+	m.reg.MustRegister(m.events, m.bytes, m.alerts, m.quotas, m.reloads, m.mints, m.mintTime,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,6 +78,9 @@ func (m *Metrics) Observe(e *audit.Event) {
 	}
 	if e.BytesReceived > 0 {
 		m.bytes.WithLabelValues("received", e.Sandbox).Add(float64(e.BytesReceived))
+	}
+	if e.Limit != "" {
+		m.quotas.WithLabelValues(e.Limit, e.Sandbox).Inc()
 	}
 	if e.Alert != "" {
 		m.alerts.WithLabelValues(e.Alert, e.Sandbox).Inc()

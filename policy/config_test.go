@@ -1039,6 +1039,7 @@ func FuzzParseConfig(f *testing.F) {
 		pathsRule(`["/a//b", "/**/x/"]`),
 		lines("policies:", "  default:", "    allow: [~, {host: a.test, methods: [~]}]"),
 		lines("limits: {idle_timeout: 0s, header_timeout: 1h}", "listen: {dns: ''}"),
+		lines(`limits: {max_request_body: "1.5 GiB", max_header_bytes: 0x4000, max_bytes_sent: 9223372036854775808, bytes_window: 1m}`),
 	} {
 		f.Add([]byte(s))
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,8 @@ type tunnelState struct {
 
 	mu       sync.Mutex
 	mismatch string // why the TLS handshake was refused, if it was
+
+	conn atomic.Pointer[watchedConn] // the client connection, once hijacked
 }
 
 type tunnelKey struct{}
@@ -130,6 +134,9 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		Intercepted: true,
 	}
 	st := &reqState{ev: ev}
+	if c := ts.conn.Load(); c != nil {
+		c.headerRead() // what follows is this request's body, until its response is done
+	}
 	r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 	ctx.Req = r // goproxy hands ctx.Req to the response handlers
 
@@ -154,6 +161,15 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	if ref := inspectedShape(r); ref != nil {
 		return refuse(ref.status, ref.reason, ref.body)
 	}
+	if n := headerSize(r); n > ts.sb.MaxHeaderBytes {
+		ev.Limit = "max_header_bytes"
+		return refuse(http.StatusRequestHeaderFieldsTooLarge, reasonQuota, fmt.Sprintf(
+			"Airlock refused this request: its header is %d bytes, over sandbox %q's limit of %d (limits.max_header_bytes).\n", n, ts.sb.Name, ts.sb.MaxHeaderBytes))
+	}
+	if ref := bodyTooLarge(r, ts.sb); ref != nil {
+		ev.Limit = "max_request_body"
+		return refuse(ref.status, ref.reason, ref.body)
+	}
 	ev.Decision, ev.Reason = "allow", string(d.Reason)
 	if wouldDeny {
 		ev.Decision = "would_deny" // report mode: through, on record, without a credential
@@ -175,7 +191,9 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		return r, resp
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingReader{ReadCloser: r.Body, n: &st.sent}
+		// Tunnel bytes count toward the byte quota (watchedConn), so the
+		// body is only held to max_request_body here.
+		r.Body = &countingReader{ReadCloser: r.Body, n: &st.sent, max: ts.sb.MaxRequestBody}
 	}
 	rctx, cancel := context.WithCancel(r.Context())
 	st.cancel = cancel // called when the response is done (auditInner) or the upstream idles
@@ -188,7 +206,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 
 // auditInner arranges for an intercepted request's audit line to be
 // written when goproxy has sent the response body to the client.
-func (s *Server) auditInner(resp *http.Response, st *reqState) {
+func (s *Server) auditInner(resp *http.Response, st *reqState, ts *tunnelState) {
 	ev := st.ev
 	ev.Status = resp.StatusCode
 	body := resp.Body
@@ -198,6 +216,9 @@ func (s *Server) auditInner(resp *http.Response, st *reqState) {
 	resp.Body = &auditedBody{ReadCloser: body, onClose: func(n int64) {
 		if st.cancel != nil {
 			st.cancel()
+		}
+		if c := ts.conn.Load(); c != nil {
+			c.awaitHeader() // the next bytes are the next request's header
 		}
 		if st.fromUpstream {
 			ev.BytesReceived = n
@@ -251,63 +272,122 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h.hijacked = true
 	lt := &liveTunnel{client: h.ts.ev.Client.Addr(), host: h.ts.host, port: h.ts.port}
 	done := h.done
+	sb := h.ts.sb
 	var wc *watchedConn
-	wc = &watchedConn{Conn: c, idle: h.ts.sb.IdleTimeout, done: func(sent, received int64) {
-		h.s.live.remove(lt)
-		if why := wc.why.Load(); why != nil {
-			h.ts.ev.CloseReason = *why
-		}
-		if lt.reloaded.Load() {
-			h.ts.ev.CloseReason = "policy_reload"
-		}
-		done(sent, received)
-	}}
+	wc = &watchedConn{Conn: c, idle: sb.IdleTimeout,
+		up: meter{&h.s.bytes, sb, dirSent}, down: meter{&h.s.bytes, sb, dirReceived},
+		headerCap: int64(h.ts.cfg.Limits.MaxHeaderBytes) + headerSlack,
+		done: func(sent, received int64) {
+			h.s.live.remove(lt)
+			if e := wc.why.Load(); e != nil {
+				h.ts.ev.CloseReason, h.ts.ev.Limit = e.why, e.limit
+			}
+			if lt.reloaded.Load() {
+				h.ts.ev.CloseReason, h.ts.ev.Limit = "policy_reload", ""
+			}
+			done(sent, received)
+		}}
+	wc.awaitHeader()
+	h.ts.conn.Store(wc)
 	lt.close = func() { wc.Close() }
 	h.s.live.add(lt)
-	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() { wc.closeBecause("shutdown") })
-	if d := h.ts.sb.MaxTunnelLifetime; d > 0 {
-		wc.expire = time.AfterFunc(d, func() { wc.closeBecause("max_lifetime") })
+	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() { wc.closeBecause("shutdown", "") })
+	if d := sb.MaxTunnelLifetime; d > 0 {
+		wc.expire = time.AfterFunc(d, func() { wc.closeBecause("max_lifetime", "max_tunnel_lifetime") })
 	}
 	// goproxy replays what rw.Reader has buffered, then reads wc.
 	return wc, rw, nil
 }
 
+// headerSlack is what an intercepted tunnel may read beyond the
+// listener's header cap while it waits for a request header: the TLS
+// handshake, record overhead and the request reader's read-ahead.
+const headerSlack = 32 << 10
+
 // watchedConn is a hijacked client connection of an intercepted tunnel.
-// Each Read and Write runs under the idle deadline; Close reports the
-// bytes moved (TLS records, both ways) once.
+// Each Read and Write runs under the idle deadline and within the
+// sandbox's byte quota; Close reports the bytes moved (TLS records, both
+// ways) once.
+//
+// goproxy reads inner requests with no cap on the header's size, so
+// watchedConn caps it: from the start, and again after each response,
+// until innerRequest sees the next request, at most headerCap bytes may
+// be read; over that the tunnel is closed (limit max_header_bytes).
 type watchedConn struct {
 	net.Conn
 	idle           time.Duration
+	up, down       meter // the sandbox's byte quota, client->upstream and back
+	headerCap      int64
+	header         atomic.Int64 // bytes read while waiting for a header; -1: reading a request's body
 	sent, received atomic.Int64
 	stop           func() bool // stops the shutdown hook
 	expire         *time.Timer // the max_lifetime timer, or nil
 	closed         sync.Once
-	why            atomic.Pointer[string] // what closed the tunnel, if not its peers; first one wins
+	why            atomic.Pointer[closeCause] // what closed the tunnel, if not its peers; first one wins
 	done           func(sent, received int64)
 }
 
+// closeCause is why Airlock closed a tunnel (audit close_reason) and the
+// limit that did it, if one did.
+type closeCause struct{ why, limit string }
+
+// awaitHeader starts counting bytes toward the header cap.
+func (c *watchedConn) awaitHeader() { c.header.Store(0) }
+
+// headerRead stops counting: a request header has been read.
+func (c *watchedConn) headerRead() { c.header.Store(-1) }
+
 func (c *watchedConn) Read(p []byte) (int, error) {
+	room := c.up.room()
+	if room == 0 {
+		c.closeBecause(reasonQuota, c.up.dir.limit())
+		return 0, net.ErrClosed
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
 	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
 	n, err := c.Conn.Read(p)
 	c.sent.Add(int64(n))
+	c.up.charge(int64(n))
+	if h := c.header.Load(); h >= 0 && c.header.Add(int64(n)) > c.headerCap {
+		c.closeBecause(reasonQuota, "max_header_bytes")
+		return 0, net.ErrClosed
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.closeBecause("idle_timeout", "idle_timeout")
+	}
 	return n, err
 }
 
 func (c *watchedConn) Write(p []byte) (int, error) {
+	var over bool
+	if room := c.down.room(); int64(len(p)) > room {
+		p, over = p[:room], true
+	}
 	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
 	n, err := c.Conn.Write(p)
 	c.received.Add(int64(n))
+	c.down.charge(int64(n))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.closeBecause("idle_timeout", "idle_timeout")
+	}
+	if over && err == nil {
+		c.closeBecause(reasonQuota, c.down.dir.limit())
+		err = net.ErrClosed
+	}
 	return n, err
 }
 
-func (c *watchedConn) Close() error { return c.closeBecause("") }
+func (c *watchedConn) Close() error { return c.closeBecause("", "") }
 
 // closeBecause closes the connection; the first close reports the bytes
-// moved and why ("" when a peer or goproxy closed it).
-func (c *watchedConn) closeBecause(why string) error {
+// moved. why is the audit close_reason ("" when a peer or goproxy closed
+// it) and limit the limit that closed it, if one did.
+func (c *watchedConn) closeBecause(why, limit string) error {
 	if why != "" {
 		// Before the close: goproxy's reader sees it and calls Close too.
-		c.why.CompareAndSwap(nil, &why)
+		c.why.CompareAndSwap(nil, &closeCause{why, limit})
 	}
 	err := c.Conn.Close()
 	c.closed.Do(func() {

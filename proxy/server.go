@@ -54,6 +54,7 @@ type Server struct {
 	sessions *broker.SessionVerifier
 	rates    rateLimiters
 	conns    connLimits
+	bytes    byteQuotas
 
 	// tunnels tracks open CONNECT tunnels so Shutdown can close them (and
 	// their audit lines are written) before the process exits.
@@ -163,8 +164,8 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 			}
 			resp.Body = st.inj.ScrubBody(resp.Body)
 		}
-		if st != nil && st.ev.Intercepted {
-			s.auditInner(resp, st)
+		if ts, ok := ctx.UserData.(*tunnelState); ok && st != nil {
+			s.auditInner(resp, st, ts)
 		}
 		return resp
 	})
@@ -245,14 +246,15 @@ func (s *Server) Config() *policy.Config { return s.cfg.Load() }
 func (s *Server) SetListenAddrs(addrs []netip.AddrPort) { s.dialer.setSelf(addrs) }
 
 // NewHTTPServer returns an http.Server for s with the configured header
-// read timeout and client keep-alive idle timeout.
+// read timeout, header size cap (limits.max_header_bytes; net/http
+// answers 431 itself above it) and client keep-alive idle timeout.
 func (s *Server) NewHTTPServer() *http.Server {
 	cfg := s.cfg.Load()
 	return &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: cfg.Limits.HeaderTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    int(cfg.Limits.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(s.errlog.Handler(), slog.LevelWarn),
 	}
 }
@@ -306,10 +308,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Sandbox = sb.Name
-	if over := s.overQuota(sb, ev); over != "" {
-		w.Header().Set("Retry-After", "1")
+	if n := headerSize(r); n > sb.MaxHeaderBytes {
+		ev.Limit = "max_header_bytes"
+		s.refuseEarly(w, r, ev, http.StatusRequestHeaderFieldsTooLarge, reasonQuota, fmt.Sprintf(
+			"Airlock refused this request: its header is %d bytes, over sandbox %q's limit of %d (limits.max_header_bytes).\n", n, sb.Name, sb.MaxHeaderBytes))
+		return
+	}
+	if over := s.overQuota(sb, ev); over != nil {
+		ev.Limit = over.limit
+		w.Header().Set("Retry-After", retryAfter(over.retry))
 		s.refuseEarly(w, r, ev, http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
-			"Airlock refused this request: sandbox %q is over its limit of %s. Slow down and retry.\n", sb.Name, over))
+			"Airlock refused this request: sandbox %q is over its limit of %s (limits.%s). Slow down and retry after the time in Retry-After.\n", sb.Name, over.detail, over.limit))
 		return
 	}
 	if r.Method == http.MethodConnect {
@@ -331,9 +340,6 @@ func (s *Server) refuseEarly(w http.ResponseWriter, r *http.Request, ev *audit.E
 	ev.Duration = time.Since(ev.Start)
 	s.record(ev)
 }
-
-// reasonQuota refuses a request over its sandbox's rate limit (429).
-const reasonQuota = "quota_exceeded"
 
 // reasonAuth refuses a client without a valid session token (407).
 const reasonAuth = "auth_required"
@@ -382,7 +388,7 @@ func sessionToken(v string) string {
 
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
-	cw := &countingWriter{ResponseWriter: w, idle: sb.IdleTimeout}
+	cw := &countingWriter{ResponseWriter: w, idle: sb.IdleTimeout, quota: meter{&s.bytes, sb, dirReceived}}
 	st := &reqState{ev: ev, idle: sb.IdleTimeout}
 	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
 	// Per-write deadlines (countingWriter) must not outlive this request:
@@ -471,10 +477,17 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		r.Host = strings.TrimSuffix(r.Host, fmt.Sprintf(":%d", port))
 	}
 	removeHopByHop(r.Header)
+	if ref := bodyTooLarge(r, sb); ref != nil {
+		ev.Decision, ev.Reason, ev.Limit = "deny", ref.reason, "max_request_body"
+		writeDecision(cw, ref.status, ref.reason, ref.body)
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		// Wrapped before anything reads it (the placeholder check does):
-		// each read has the idle timeout to finish.
-		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout}
+		// each read has the idle timeout to finish, and counts toward the
+		// body cap and the byte quota.
+		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout,
+			max: sb.MaxRequestBody, quota: meter{&s.bytes, sb, dirSent}}
 	}
 	if ref := s.applyCredentials(r, st, sb, h, port, d, scheme == "https"); ref != nil {
 		ev.Decision, ev.Reason = "deny", ref.reason
@@ -492,6 +505,40 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	// when the body has been read to its end.)
 	fwd.Trailer = nil
 	s.gp.ServeHTTP(cw, fwd)
+	if cw.cut {
+		// The response crossed the byte quota: end the connection without
+		// the rest (a chunked response must not look complete). The
+		// deferred audit line is still written.
+		ev.CloseReason, ev.Limit = reasonQuota, dirReceived.limit()
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// headerSize returns the size of r's header as it was received: request
+// line, fields (Host included) and the blank line, counting ": " and
+// CRLF.
+func headerSize(r *http.Request) int64 {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return int64(n + 2)
+}
+
+// bodyTooLarge refuses (413) a request whose Content-Length is over sb's
+// limits.max_request_body; a body of unknown length is cut off by
+// countingReader instead.
+func bodyTooLarge(r *http.Request, sb *policy.Sandbox) *refusal {
+	if sb.MaxRequestBody <= 0 || r.ContentLength <= sb.MaxRequestBody {
+		return nil
+	}
+	return &refusal{status: http.StatusRequestEntityTooLarge, reason: reasonQuota, body: fmt.Sprintf(
+		"Airlock refused this request: its body is %d bytes, over sandbox %q's limit of %d (limits.max_request_body).\n", r.ContentLength, sb.Name, sb.MaxRequestBody)}
 }
 
 // encodedAs returns the response's content coding if it is anything but
@@ -545,6 +592,23 @@ func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response
 			"server.address", ev.Host)
 		return cannedResponse(r, http.StatusForbidden, reasonCredentialHostMismatch,
 			denyBody(ev.Host, ev.Port, reasonCredentialHostMismatch, ev.Sandbox)), nil
+	}
+	var qe *quotaError
+	if errors.As(err, &qe) {
+		// A body without Content-Length crossed max_request_body, or the
+		// upload crossed max_bytes_sent: the upstream got part of it,
+		// and the request is abandoned.
+		ev.Decision, ev.Reason, ev.Limit = "deny", reasonQuota, qe.limit
+		status, retry := http.StatusTooManyRequests, "the time in Retry-After"
+		if qe.limit == "max_request_body" {
+			status, retry = http.StatusRequestEntityTooLarge, "never with this body"
+		}
+		resp := cannedResponse(r, status, reasonQuota, fmt.Sprintf(
+			"Airlock cut off this request's body: sandbox %q is over its limits.%s. Retry %s.\n", ev.Sandbox, qe.limit, retry))
+		if status == http.StatusTooManyRequests {
+			resp.Header.Set("Retry-After", retryAfter(qe.retry))
+		}
+		return resp, nil
 	}
 	reason, status, msg := classifyDialError(err)
 	ev.Reason = reason
@@ -617,6 +681,8 @@ type countingWriter struct {
 	idle   time.Duration
 	status int
 	n      int64
+	quota  meter // the sandbox's received-bytes quota
+	cut    bool  // a write crossed the quota; the rest was not written
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -633,8 +699,17 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	if c.idle > 0 {
 		http.NewResponseController(c.ResponseWriter).SetWriteDeadline(time.Now().Add(c.idle))
 	}
+	var over error
+	if room := c.quota.room(); room < int64(len(p)) {
+		p, over = p[:room], &quotaError{limit: c.quota.dir.limit()}
+		c.cut = true
+	}
 	n, err := c.ResponseWriter.Write(p)
 	c.n += int64(n)
+	c.quota.charge(int64(n))
+	if err == nil {
+		err = over
+	}
 	return n, err
 }
 
@@ -660,25 +735,51 @@ func (c *countingWriter) Flush() {
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // countingReader counts request body bytes read, and gives each read idle
-// to finish: a client that stops sending its body is cut off.
+// to finish: a client that stops sending its body is cut off. A read
+// that would take the body past max bytes (limits.max_request_body), or
+// the sandbox past its sent-bytes quota, fails with a *quotaError
+// instead; the bytes over are never handed on.
 type countingReader struct {
 	io.ReadCloser
-	n    *atomic.Int64
-	rc   *http.ResponseController
-	idle time.Duration
+	n     *atomic.Int64
+	rc    *http.ResponseController
+	idle  time.Duration
+	max   int64 // 0: no cap
+	quota meter
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	if c.rc != nil && c.idle > 0 {
 		c.rc.SetReadDeadline(time.Now().Add(c.idle))
 	}
+	var over error
+	if c.max > 0 {
+		// Read one byte more than the cap allows, to see the body go over.
+		if left := c.max - c.n.Load(); int64(len(p)) > left+1 {
+			p = p[:left+1]
+		}
+	}
+	room := c.quota.room()
+	if room == 0 {
+		return 0, &quotaError{limit: c.quota.dir.limit(), retry: c.quota.windowLeft()}
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
 	n, err := c.ReadCloser.Read(p)
+	if c.max > 0 && c.n.Load()+int64(n) > c.max {
+		n, over = int(c.max-c.n.Load()), &quotaError{limit: "max_request_body"}
+	}
 	if err != nil && c.rc != nil {
 		// Done with the body: net/http's background read (which watches
 		// for the client going away) must not trip over our deadline.
 		c.rc.SetReadDeadline(time.Time{})
 	}
 	c.n.Add(int64(n))
+	c.quota.charge(int64(n))
+	if over != nil {
+		return n, over
+	}
 	return n, err
 }
 

@@ -154,9 +154,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		lt := &liveTunnel{client: ev.Client.Addr(), host: h, port: port, close: func() { clientConn.Close(); upstream.Close() }}
 		s.live.add(lt)
 		defer s.live.remove(lt)
-		ev.BytesSent, ev.BytesReceived, ev.CloseReason = s.pipe(clientConn, hello, upstream, sb.IdleTimeout, sb.MaxTunnelLifetime)
+		ev.BytesSent, ev.BytesReceived, ev.CloseReason, ev.Limit = s.pipe(clientConn, hello, upstream, sb)
 		if lt.reloaded.Load() {
-			ev.CloseReason = "policy_reload"
+			ev.CloseReason, ev.Limit = "policy_reload", ""
 		}
 	}()
 }
@@ -166,30 +166,35 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 const tunnelChunk = 1 << 20
 
 // pipe writes replay upstream, then copies between client and upstream
-// until both directions finish,
-// the tunnel is idle for idle, it has been open for lifetime (if not 0),
-// or the server shuts down. It returns the bytes moved client->upstream
-// and upstream->client, and why the tunnel ended: "closed" (a side closed
-// or failed), "idle_timeout", "max_lifetime" or "shutdown".
+// until both directions finish, the tunnel has been idle for
+// sb.IdleTimeout, it has been open for sb.MaxTunnelLifetime (if not 0),
+// sb's byte quota is used up, or the server shuts down. It returns the
+// bytes moved client->upstream and upstream->client, why the tunnel
+// ended ("closed": a side closed or failed; "idle_timeout",
+// "max_lifetime", "quota_exceeded" or "shutdown") and, when a limit
+// ended it, that limit's key.
 //
 // Both ends are TCP connections, so io.Copy uses the kernel's splice path
 // (net.TCPConn.ReadFrom): no user-space buffer of ours carries the data.
 // The copy moves at most tunnelChunk bytes per step under a read deadline,
 // so idleness is judged across both directions: a long download with a
 // silent client is not idle.
-func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idle, lifetime time.Duration) (sent, received int64, why string) {
+func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb *policy.Sandbox) (sent, received int64, why, limit string) {
+	idle, lifetime := sb.IdleTimeout, sb.MaxTunnelLifetime
 	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
 	last.Store(time.Now().UnixNano())
+	upQuota, downQuota := meter{&s.bytes, sb, dirSent}, meter{&s.bytes, sb, dirReceived}
 
 	// The bytes read from the client to check its ClientHello go first.
 	if len(replay) > 0 {
 		upstream.SetWriteDeadline(time.Now().Add(idle))
 		m, err := upstream.Write(replay)
 		sent += int64(m)
+		upQuota.charge(int64(m))
 		if err != nil {
 			client.Close()
 			upstream.Close()
-			return sent, 0, "closed"
+			return sent, 0, "closed", ""
 		}
 	}
 
@@ -197,14 +202,14 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idl
 	var wg sync.WaitGroup
 	wg.Add(2)
 	var up, down int64
-	var upIdle, downIdle bool
+	var upEnd, downEnd string
 	go func() {
 		defer wg.Done()
-		up, upIdle = copyIdle(upstream, client, clientTCP, &last, idle)
+		up, upEnd = copyIdle(upstream, client, clientTCP, &last, idle, upQuota)
 	}()
 	go func() {
 		defer wg.Done()
-		down, downIdle = copyIdle(client, upstream, upstream, &last, idle)
+		down, downEnd = copyIdle(client, upstream, upstream, &last, idle, downQuota)
 	}()
 
 	stop := context.AfterFunc(s.tunnelCtx, func() {
@@ -228,22 +233,33 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, idl
 	case shutdown:
 		why = "shutdown"
 	case expired.Load():
-		why = "max_lifetime"
-	case upIdle || downIdle:
-		why = "idle_timeout"
+		why, limit = "max_lifetime", "max_tunnel_lifetime"
+	case upEnd == "quota_exceeded":
+		why, limit = upEnd, upQuota.dir.limit()
+	case downEnd == "quota_exceeded":
+		why, limit = downEnd, downQuota.dir.limit()
+	case upEnd == "idle_timeout" || downEnd == "idle_timeout":
+		why, limit = "idle_timeout", "idle_timeout"
 	default:
 		why = "closed"
 	}
-	return sent + up, down, why
+	return sent + up, down, why, limit
 }
 
-// copyIdle copies src to dst in steps, each under a read deadline, and
-// returns the bytes copied and whether it stopped for idleness. It
-// half-closes dst when src reaches EOF, and closes both when the tunnel has
-// been idle (no byte either way) for idle.
-func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration) (int64, bool) {
+// copyIdle copies src to dst in steps, each under a read deadline and
+// within quota, and returns the bytes copied and why it stopped: "" (src
+// ended or failed), "idle_timeout" or "quota_exceeded". It half-closes
+// dst when src reaches EOF, and closes both when the tunnel has been idle
+// (no byte either way) for idle or quota has no room left.
+func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration, quota meter) (int64, string) {
 	var total int64
 	for {
+		step := min(int64(tunnelChunk), quota.room())
+		if step == 0 {
+			dst.Close()
+			src.Close()
+			return total, "quota_exceeded"
+		}
 		// Deadlines on both the read and the write side: a peer that
 		// stops reading (a half-closed client that never drains) must
 		// not hold the tunnel open past idle either.
@@ -255,17 +271,18 @@ func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle t
 		if srcTCP != nil {
 			// *net.TCPConn -> *net.TCPConn through a LimitedReader keeps
 			// the splice path (see net.TCPConn.ReadFrom).
-			n, err = io.Copy(dst, &io.LimitedReader{R: srcTCP, N: tunnelChunk})
+			n, err = io.Copy(dst, &io.LimitedReader{R: srcTCP, N: step})
 		} else {
-			n, err = io.Copy(dst, io.LimitReader(src, tunnelChunk))
+			n, err = io.Copy(dst, io.LimitReader(src, step))
 		}
 		total += n
+		quota.charge(n)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
 		}
 		switch {
-		case err == nil && n == tunnelChunk:
-			continue // chunk done, more to come
+		case err == nil && n == step:
+			continue // step done, more to come
 		case err == nil:
 			// EOF from src: pass the half-close on, keep the other way open.
 			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
@@ -273,18 +290,18 @@ func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle t
 			} else {
 				dst.Close()
 			}
-			return total, false
+			return total, ""
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			if time.Since(time.Unix(0, last.Load())) < idle {
 				continue // the other direction is busy
 			}
 			dst.Close()
 			src.Close()
-			return total, true
+			return total, "idle_timeout"
 		}
 		// Reset, or closed by the other direction or by shutdown.
 		dst.Close()
 		src.Close()
-		return total, false
+		return total, ""
 	}
 }

@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/testutil"
+	"github.com/airlockhq/airlock/policy"
 )
 
 func TestRateLimitAnswers429AndRecovers(t *testing.T) {
@@ -100,5 +104,70 @@ policies:
 	}
 	if code := get(); code != 200 {
 		t.Errorf("after the tunnel closed: %d, want 200", code)
+	}
+}
+
+func TestByteQuotaWindowsAreFixedAndPerDirection(t *testing.T) {
+	sb := &policy.Sandbox{Name: "a", MaxBytesSent: 100, BytesWindow: 200 * time.Millisecond}
+	var q byteQuotas
+	if r := q.room(sb, dirReceived); r != math.MaxInt64 {
+		t.Errorf("room without a received cap = %d, want unlimited", r)
+	}
+	q.charge(sb, dirSent, 60)
+	if r := q.room(sb, dirSent); r != 40 {
+		t.Errorf("room after 60 of 100 = %d, want 40", r)
+	}
+	if ref := q.exhausted(sb, time.Now()); ref != nil {
+		t.Errorf("exhausted at 60 of 100: %+v", ref)
+	}
+	q.charge(sb, dirSent, 50)
+	ref := q.exhausted(sb, time.Now())
+	if ref == nil || ref.limit != "max_bytes_sent" || ref.retry <= 0 || ref.retry > 200*time.Millisecond {
+		t.Fatalf("at 110 of 100: %+v; want max_bytes_sent, retry within the window", ref)
+	}
+	if r := q.room(sb, dirSent); r != 0 {
+		t.Errorf("room over the cap = %d, want 0", r)
+	}
+	time.Sleep(ref.retry + 10*time.Millisecond)
+	if ref := q.exhausted(sb, time.Now()); ref != nil || q.room(sb, dirSent) != 100 {
+		t.Errorf("in the next window: %+v, room %d; want a fresh quota", ref, q.room(sb, dirSent))
+	}
+	other := &policy.Sandbox{Name: "b", MaxBytesSent: 100, BytesWindow: time.Hour}
+	if r := q.room(other, dirSent); r != 100 {
+		t.Errorf("another sandbox's room = %d, want its own 100", r)
+	}
+}
+
+func TestRetryAfterIsWholeSecondsRoundedUp(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "1", 10 * time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", time.Hour: "3600"} {
+		if got := retryAfter(d); got != want {
+			t.Errorf("retryAfter(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestPlainUploadOverByteQuotaAnswers429(t *testing.T) {
+	up := testutil.NewUpstream(t)
+	addr, _ := startProxy(t, localYAML(up.Port())+"limits: {max_bytes_sent: 1KiB, bytes_window: 1h}\n")
+	pu, _ := url.Parse("http://" + addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	target := fmt.Sprintf("http://allowed.test:%d/echo", up.Port())
+	// No Content-Length: the body is read as it goes, and cut at the quota.
+	resp, err := c.Post(target, "application/octet-stream", io.MultiReader(strings.NewReader(strings.Repeat("u", 4096))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("X-Airlock-Decision") != "quota_exceeded" || ra < 3500 {
+		t.Fatalf("upload over max_bytes_sent: %d %v; want 429 quota_exceeded, Retry-After near an hour", resp.StatusCode, resp.Header)
+	}
+	resp, err = c.Get(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a request after the quota is spent: %d, want 429", resp.StatusCode)
 	}
 }
