@@ -268,6 +268,12 @@ func TestTunnelsAreClosedAtTheirMaximumLifetime(t *testing.T) {
 			t.Errorf("%s tunnel: read %v; want it closed by max_tunnel_lifetime", name, err)
 		}
 	}
+	// The cap is per tunnel: a new one opens at once.
+	if again, err := openInterceptedTunnel(t, p, fmt.Sprintf("allowed.test:%d", up.Port()), "allowed.test", pool); err != nil {
+		t.Errorf("a new tunnel after the old ones reached their lifetime: %v", err)
+	} else {
+		again.Close()
+	}
 	p.StopAndFlush(t)
 	var closed int
 	for _, ev := range p.Audit(t) {
