@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -148,5 +149,53 @@ credentials:
 	out, err = execOutput(bin, "policy", "check", cfg)
 	if err != nil || !strings.Contains(out, "warning: tls.upstream_ca:") || !strings.Contains(out, "AIRLOCK_TEST_SURELY_UNSET is not set here") {
 		t.Errorf("policy check warnings: %v\n%s", err, out)
+	}
+}
+
+// run's --admin and --dns flags override the file's listen keys, at
+// start and on reload (a reload must not see them as a listen change);
+// healthcheck answers for the container HEALTHCHECK and exec probes.
+func TestListenFlagsHealthcheckAndReload(t *testing.T) {
+	bin := testutil.Binary(t)
+	admin := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := testutil.StartProxy(t, localConfig(80), "--admin", admin, "--dns", "127.0.0.1:0")
+	if p.DNSAddr == "" {
+		t.Error("--dns did not start the DNS listener")
+	}
+	if out, err := execOutput(bin, "healthcheck", "--admin", admin); err != nil {
+		t.Fatalf("healthcheck of a running Airlock: %v %s", err, out)
+	}
+	os.WriteFile(p.ConfigPath, []byte(localConfig(80, 81)), 0o600)
+	if out, err := execOutput(bin, "reload", "--admin", admin); err != nil || !strings.Contains(out, "reloaded") {
+		t.Errorf("reload with the listen flags in force: %v %s", err, out)
+	}
+	p.Stop(t)
+	if out, err := execOutput(bin, "healthcheck", "--admin", admin, "--timeout", "2s"); exitCode(err) != 1 {
+		t.Errorf("healthcheck of a stopped Airlock: %v %s; want exit status 1", err, out)
+	}
+	if out, err := execOutput(bin, "run", "--admin", "nonsense"); exitCode(err) == 0 || !strings.Contains(out, `--admin "nonsense": expected HOST:PORT`) {
+		t.Errorf("run --admin nonsense: %v %s", err, out)
+	}
+}
+
+// ca export --out and --bundle write the files a container's agent
+// mounts: the certificate alone, and the system roots plus it.
+func TestCAExportWritesCertAndBundle(t *testing.T) {
+	dir := t.TempDir()
+	out, err := execOutput(testutil.Binary(t), "ca", "export", "--state-dir", filepath.Join(dir, "state"),
+		"--out", filepath.Join(dir, "ca.pem"), "--bundle", filepath.Join(dir, "bundle.pem"))
+	if err != nil {
+		t.Fatalf("ca export: %v %s", err, out)
+	}
+	cert, _ := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	bundle, _ := os.ReadFile(filepath.Join(dir, "bundle.pem"))
+	if strings.Count(string(cert), "BEGIN CERTIFICATE") != 1 || strings.Contains(string(cert), "PRIVATE KEY") {
+		t.Errorf("--out holds %q; want one certificate and no key", cert)
+	}
+	if !bytes.HasSuffix(bundle, cert) || strings.Count(string(bundle), "BEGIN CERTIFICATE") < 2 {
+		t.Errorf("--bundle does not end with the CA after the system roots (%d certificates)", strings.Count(string(bundle), "BEGIN CERTIFICATE"))
+	}
+	if st, err := os.Stat(filepath.Join(dir, "ca.pem")); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("ca.pem mode %v, %v; want 0644", st.Mode(), err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -63,11 +64,15 @@ func newCACmd() *cobra.Command {
 	initCmd.Flags().StringVar(&dir, "state-dir", defaultStateDir(), "directory for "+certs.CertFile+" and "+certs.KeyFile)
 	initCmd.Flags().StringVar(&dir, "dir", defaultStateDir(), "same as --state-dir")
 
-	var configPath, exportDir string
+	var configPath, exportDir, outPath, bundlePath string
 	exportCmd := &cobra.Command{
-		Use:   "export [--config FILE] [--state-dir DIR]",
+		Use:   "export [--config FILE] [--state-dir DIR] [--out FILE] [--bundle FILE]",
 		Short: "Print the CA certificate (PEM) for the sandbox's trust store, generating the CA if needed",
-		Args:  cobra.NoArgs,
+		Long: `Print the CA certificate (PEM) for the sandbox's trust store, generating the CA if needed.
+--out writes it to FILE instead; --bundle also writes FILE with the system roots followed
+by the CA, for SSL_CERT_FILE and the like, which replace the system roots rather than add
+to them. Both files are mode 0644: they hold no key.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(configPath, nil)
 			if err != nil {
@@ -82,10 +87,24 @@ func newCACmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if bundlePath != "" {
+				roots := systemRoots()
+				if roots == nil {
+					return fmt.Errorf("--bundle: no system CA bundle found (looked in %s)", strings.Join(systemRootFiles, ", "))
+				}
+				if err := os.WriteFile(bundlePath, append(roots, ca.CertPEM()...), 0o644); err != nil {
+					return err
+				}
+			}
+			if outPath != "" {
+				return os.WriteFile(outPath, ca.CertPEM(), 0o644)
+			}
 			_, err = cmd.OutOrStdout().Write(ca.CertPEM())
 			return err
 		},
 	}
+	exportCmd.Flags().StringVar(&outPath, "out", "", "write the certificate to FILE instead of standard output")
+	exportCmd.Flags().StringVar(&bundlePath, "bundle", "", "also write FILE: the system roots followed by the certificate")
 	exportCmd.Flags().StringVar(&configPath, "config", "", "policy file whose tls.ca_cert to export; default: the state directory's CA")
 	exportCmd.Flags().StringVar(&exportDir, "state-dir", defaultStateDir(), "state directory")
 	exportCmd.Flags().StringVar(&exportDir, "dir", defaultStateDir(), "same as --state-dir")

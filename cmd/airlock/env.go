@@ -105,6 +105,17 @@ func printEnv(w, warn io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath,
 // Fedora/RHEL, Alpine) keep the system CA bundle.
 var systemRootFiles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
+// systemRoots returns the first system CA bundle found (PEM, with a
+// trailing newline), or nil.
+func systemRoots() []byte {
+	for _, f := range systemRootFiles {
+		if b, err := os.ReadFile(f); err == nil {
+			return append(b, '\n')
+		}
+	}
+	return nil
+}
+
 // writeCABundle writes stateDir/ca-bundle.pem: the system roots followed by
 // Airlock's CA certificate (generated into stateDir if the configuration
 // names none and there is none yet). It returns the path and a note for
@@ -124,13 +135,7 @@ func writeCABundle(cfg *policy.Config, stateDir string) (string, string, error) 
 	if err != nil {
 		return "", "", err
 	}
-	var bundle []byte
-	for _, f := range systemRootFiles {
-		if b, err := os.ReadFile(f); err == nil {
-			bundle = append(b, '\n')
-			break
-		}
-	}
+	bundle := systemRoots()
 	if bundle == nil {
 		note = strings.TrimSpace(note + "; no system CA bundle found: the CA variables hold Airlock's CA alone, so opaque (not intercepted) hosts will not verify")
 	}

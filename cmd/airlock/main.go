@@ -42,7 +42,7 @@ Point agents at it with HTTPS_PROXY=http://HOST:3128 and HTTP_PROXY=http://HOST:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newPolicyCmd(), newCACmd(), newEnvCmd(), newTokenCmd(), newReloadCmd(), newAuditCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newPolicyCmd(), newCACmd(), newEnvCmd(), newTokenCmd(), newReloadCmd(), newAuditCmd(), newHealthcheckCmd(), newVersionCmd())
 	return root
 }
 

@@ -30,6 +30,7 @@ import (
 type reloader struct {
 	path       string
 	allowCIDRs []string
+	listen     listenFlags // --listen, --dns, --admin: applied to every file read
 	proxy      *proxy.Server
 	dns        *dnsfilter.Server // nil without listen.dns
 	errlog     *slog.Logger
@@ -47,6 +48,7 @@ func (r *reloader) reload(trigger string) error {
 	}
 	cfg, err := loadConfig(r.path, r.allowCIDRs)
 	if err == nil {
+		r.listen.apply(cfg)
 		err = cfg.CheckReload(r.proxy.Config())
 	}
 	if r.metrics != nil {

@@ -28,7 +28,7 @@ import (
 func newRunCmd() *cobra.Command {
 	var (
 		configPath string
-		listen     string
+		listen     listenFlags
 		stateDir   string
 		allowCIDRs []string
 	)
@@ -37,25 +37,57 @@ func newRunCmd() *cobra.Command {
 		Short: "Run the proxy (with the embedded default policy unless --config is given)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := listen.check(); err != nil {
+				return err
+			}
 			cfg, err := loadConfig(configPath, allowCIDRs)
 			if err != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				return exitError{1}
 			}
+			listen.apply(cfg)
 			for _, w := range append(cfg.Warnings(), environmentWarnings(cfg)...) {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
-			if listen == "" {
-				listen = string(cfg.Listen.Proxy)
-			}
-			return run(cmd.Context(), cfg, listen, stateDir, &reloader{path: configPath, allowCIDRs: allowCIDRs})
+			return run(cmd.Context(), cfg, string(cfg.Listen.Proxy), stateDir, &reloader{path: configPath, allowCIDRs: allowCIDRs, listen: listen})
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy for coding agents")
-	cmd.Flags().StringVar(&listen, "listen", "", "proxy listen address, overriding listen.proxy (e.g. 0.0.0.0:3128)")
+	cmd.Flags().StringVar(&listen.proxy, "listen", "", "proxy listen address, overriding listen.proxy (e.g. 0.0.0.0:3128)")
+	cmd.Flags().StringVar(&listen.dns, "dns", "", "DNS listen address (UDP and TCP), overriding listen.dns (e.g. 0.0.0.0:53)")
+	cmd.Flags().StringVar(&listen.admin, "admin", "", "admin listen address (/healthz, /readyz, /metrics, POST /reload), overriding listen.admin (e.g. 127.0.0.1:9090)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "where a generated interception CA is kept (env AIRLOCK_STATE_DIR)")
 	cmd.Flags().StringArrayVar(&allowCIDRs, "allow-cidr", nil, "add a network.allow_cidrs exception (repeatable), e.g. 10.1.2.3/32")
 	return cmd
+}
+
+// listenFlags are run's listener flags; each overrides its listen key,
+// at start and on every reload.
+type listenFlags struct{ proxy, dns, admin string }
+
+// check reports a flag that is not host:port.
+func (l listenFlags) check() error {
+	for _, f := range []struct{ name, v string }{{"--listen", l.proxy}, {"--dns", l.dns}, {"--admin", l.admin}} {
+		if f.v == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(f.v); err != nil || port == "" {
+			return fmt.Errorf("%s %q: expected HOST:PORT, such as 127.0.0.1:9090", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+func (l listenFlags) apply(cfg *policy.Config) {
+	if l.proxy != "" {
+		cfg.Listen.Proxy = policy.ListenAddr(l.proxy)
+	}
+	if l.dns != "" {
+		cfg.Listen.DNS = policy.ListenAddr(l.dns)
+	}
+	if l.admin != "" {
+		cfg.Listen.Admin = policy.ListenAddr(l.admin)
+	}
 }
 
 // loadConfig reads path, or the embedded default when path is empty, and
