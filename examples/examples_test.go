@@ -220,7 +220,7 @@ func TestComposeExample(t *testing.T) {
 		Networks    yaml.Node
 		Volumes     []string
 		Environment map[string]string
-		ReadOnly    bool `yaml:"read_only"`
+		ReadOnly    bool                                  `yaml:"read_only"`
 		DependsOn   map[string]struct{ Condition string } `yaml:"depends_on"`
 	}
 	var c struct {
