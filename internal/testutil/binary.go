@@ -280,3 +280,16 @@ func NeedTool(t testing.TB, name string) string {
 	t.Skipf("%s is not installed", name)
 	return ""
 }
+
+// NeedRoot skips the test unless it runs as root; in CI (CI=true), where
+// .ci/run runs as root, it fails instead.
+func NeedRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (network namespaces); CI runs as root")
+	}
+	t.Skip("needs root (network namespaces)")
+}
