@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -197,5 +198,53 @@ func TestCAExportWritesCertAndBundle(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(dir, "ca.pem")); err != nil || st.Mode().Perm() != 0o644 {
 		t.Errorf("ca.pem mode %v, %v; want 0644", st.Mode(), err)
+	}
+}
+
+// Every YAML example in docs/ must be a valid file, as in the README.
+func TestDocsConfigExamplesCheck(t *testing.T) {
+	pages, _ := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if len(pages) < 4 {
+		t.Fatalf("docs/ has %d pages; want deploying, policies, audit-logs and threat-model", len(pages))
+	}
+	for _, page := range pages {
+		text, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range strings.Split(string(text), "```yaml\n")[1:] {
+			block, _, _ := strings.Cut(b, "```")
+			path := filepath.Join(t.TempDir(), fmt.Sprintf("doc-%d.yaml", i))
+			os.WriteFile(path, []byte(block), 0o600)
+			if out, err := execOutput(testutil.Binary(t), "policy", "check", path); err != nil {
+				t.Errorf("%s yaml block %d does not check: %v\n%s\n%s", page, i, err, out, block)
+			}
+		}
+	}
+}
+
+// docs/threat-model.md names the tests that prove each mechanism: each
+// must exist.
+func TestThreatModelNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "threat-model.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+			b, _ := os.ReadFile(path)
+			src.Write(b)
+		}
+		return nil
+	})
+	names := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z0-9]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(names) < 40 {
+		t.Fatalf("the threat model names %d tests; it should name the tests behind every mechanism", len(names))
+	}
+	for _, m := range names {
+		if !strings.Contains(src.String(), "func "+m[1]+"(") {
+			t.Errorf("docs/threat-model.md names %s, which is not a test", m[1])
+		}
 	}
 }
