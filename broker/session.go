@@ -89,25 +89,32 @@ func NewSessionVerifier(key ed25519.PrivateKey) *SessionVerifier {
 	return &SessionVerifier{pub: key.Public().(ed25519.PublicKey)}
 }
 
-// Verify returns the sandbox a token names. It fails for a token that is
-// malformed, signed by another key or algorithm, expired, meant for
+// Session is what a verified session token says.
+type Session struct {
+	Sandbox string // sub: the sandbox the token names
+	ID      string // jti: the token's ID, as listed in auth.revoked
+}
+
+// Verify returns the session a token carries. It fails for a token that
+// is malformed, signed by another key or algorithm, expired, meant for
 // someone else, or whose jti is in revoked. Errors never quote the token.
-func (v *SessionVerifier) Verify(token string, revoked []string) (string, error) {
+func (v *SessionVerifier) Verify(token string, revoked []string) (Session, error) {
 	claims := jwt.MapClaims{}
 	_, err := jwt.ParseWithClaims(token, claims, func(*jwt.Token) (any, error) { return v.pub, nil },
 		jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(sessionIssuer), jwt.WithAudience(sessionAudience),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(5*time.Second))
 	if err != nil {
-		return "", errors.New("invalid session token: " + tokenError(err))
+		return Session{}, errors.New("invalid session token: " + tokenError(err))
 	}
-	if jti, _ := claims["jti"].(string); jti == "" || slices.Contains(revoked, jti) {
-		return "", errors.New("the session token is revoked")
+	jti, _ := claims["jti"].(string)
+	if jti == "" || slices.Contains(revoked, jti) {
+		return Session{}, errors.New("the session token is revoked")
 	}
 	sub, _ := claims.GetSubject()
 	if sub == "" {
-		return "", errors.New("invalid session token: no sandbox (sub)")
+		return Session{}, errors.New("invalid session token: no sandbox (sub)")
 	}
-	return sub, nil
+	return Session{Sandbox: sub, ID: jti}, nil
 }
 
 // tokenError names what is wrong with a token in a word or two.

@@ -44,8 +44,8 @@ func TestSessionVerifyRefusesWhatItDidNotIssue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb, err := v.Verify(good, nil); err != nil || sb != "agent-1" {
-		t.Fatalf("Verify(good) = %q, %v", sb, err)
+	if sess, err := v.Verify(good, nil); err != nil || sess.Sandbox != "agent-1" || sess.ID == "" {
+		t.Fatalf("Verify(good) = %+v, %v", sess, err)
 	}
 	forged, _, _ := IssueSession(other, "agent-1", time.Hour)
 	expired, _, _ := IssueSession(key, "agent-1", -time.Minute)

@@ -41,7 +41,7 @@ func New() *Metrics {
 		}, []string{"event", "decision", "reason", "sandbox"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_bytes_total",
-			Help: "Body and tunnel bytes moved, by direction (sent: client to upstream; received: upstream to client) and sandbox.",
+			Help: "Bytes moved: plain-HTTP bodies and CONNECT tunnels (for intercepted tunnels, their TLS records), by direction (sent: client to upstream; received: upstream to client) and sandbox.",
 		}, []string{"direction", "sandbox"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_alerts_total",
@@ -73,11 +73,15 @@ func New() *Metrics {
 // Observe counts one audit event (give it to audit.Logger.OnEvent).
 func (m *Metrics) Observe(e *audit.Event) {
 	m.events.WithLabelValues(e.Kind, e.Decision, e.Reason, e.Sandbox).Inc()
-	if e.BytesSent > 0 {
-		m.bytes.WithLabelValues("sent", e.Sandbox).Add(float64(e.BytesSent))
-	}
-	if e.BytesReceived > 0 {
-		m.bytes.WithLabelValues("received", e.Sandbox).Add(float64(e.BytesReceived))
+	// A request inside an intercepted tunnel is counted in its tunnel's
+	// bytes (TLS records): counting its body too would count it twice.
+	if !(e.Intercepted && e.Kind == audit.KindRequest) {
+		if e.BytesSent > 0 {
+			m.bytes.WithLabelValues("sent", e.Sandbox).Add(float64(e.BytesSent))
+		}
+		if e.BytesReceived > 0 {
+			m.bytes.WithLabelValues("received", e.Sandbox).Add(float64(e.BytesReceived))
+		}
 	}
 	if e.Limit != "" {
 		m.quotas.WithLabelValues(e.Limit, e.Sandbox).Inc()

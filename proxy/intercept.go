@@ -29,9 +29,9 @@ const reasonAuthorityMismatch = "authority_mismatch"
 // tunnelState is what an intercepted tunnel knows; its inner requests
 // share it through goproxy's ProxyCtx.UserData.
 type tunnelState struct {
-	cfg  *policy.Config
-	sb   *policy.Sandbox
-	host policy.Host // the CONNECT host, canonical
+	id   identity        // who opened the tunnel: each inner request is decided for its sandbox under the configuration then in force
+	sb   *policy.Sandbox // the sandbox when the tunnel opened
+	host policy.Host     // the CONNECT host, canonical
 	port uint16
 	ev   *audit.Event // the tunnel's own event, written when it closes
 
@@ -120,6 +120,7 @@ func sniMismatch(sni string, host policy.Host) string {
 // Config.DecideRequest with its method and path. A refusal becomes the
 // response (goproxy sends it instead of forwarding).
 func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnelState) (*http.Request, *http.Response) {
+	cfg := s.cfg.Load() // the configuration in force now: a reload applies to open tunnels' next requests
 	ev := &audit.Event{
 		Kind:        audit.KindRequest,
 		Start:       time.Now(),
@@ -133,7 +134,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		Query:       audit.QueryKeys(r.URL.RawQuery),
 		Intercepted: true,
 	}
-	st := &reqState{ev: ev}
+	st := &reqState{ev: ev, reqBody: r.Body}
 	if c := ts.conn.Load(); c != nil {
 		c.headerRead() // what follows is this request's body, until its response is done
 	}
@@ -144,29 +145,42 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		ev.Decision, ev.Reason = "deny", reason
 		return r, cannedResponse(r, status, reason, body)
 	}
+	sb, ok := ts.id.sandboxIn(cfg)
+	if !ok {
+		return refuse(http.StatusForbidden, reasonAuth, "Airlock no longer accepts the session token this tunnel was opened with.\n")
+	}
+	ev.Sandbox = sb.Name
+	if ok, wait := s.rates.allow(sb); !ok {
+		ev.Limit = "requests_per_second"
+		_, resp := refuse(http.StatusTooManyRequests, reasonQuota, fmt.Sprintf(
+			"Airlock refused this request: sandbox %q is over its limit of %g requests per second (burst %d) (limits.requests_per_second). Slow down and retry after the time in Retry-After.\n",
+			sb.Name, sb.RequestsPerSecond, sb.Burst))
+		resp.Header.Set("Retry-After", retryAfter(wait))
+		return r, resp
+	}
 	if r.URL.Scheme != "https" {
 		return refuse(http.StatusBadRequest, reasonInvalidRequest, "Airlock intercepts this host: send HTTPS through the tunnel.\n")
 	}
 	uh, up, uerr := policy.ParseAuthority(r.URL.Host, 443)
 	hh, hp, herr := policy.ParseAuthority(r.Host, 443)
 	if uerr != nil || herr != nil || uh != ts.host || up != ts.port || hh != ts.host || hp != ts.port {
-		return refuse(http.StatusForbidden, reasonAuthorityMismatch, denyBody(ts.host.String(), ts.port, reasonAuthorityMismatch, ts.sb.Name))
+		return refuse(http.StatusForbidden, reasonAuthorityMismatch, denyBody(ts.host.String(), ts.port, reasonAuthorityMismatch, sb.Name))
 	}
-	d := ts.cfg.DecideRequest(ts.sb, ts.host, ts.port, r.Method, r.URL.EscapedPath())
+	d := cfg.DecideRequest(sb, ts.host, ts.port, r.Method, r.URL.EscapedPath())
 	ev.Rule = d.Rule
-	wouldDeny := !d.Allow && ts.sb.Report && d.Reportable()
+	wouldDeny := !d.Allow && sb.Report && d.Reportable()
 	if !d.Allow && !wouldDeny {
-		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), ts.sb.Name))
+		return refuse(http.StatusForbidden, string(d.Reason), denyBody(ts.host.String(), ts.port, string(d.Reason), sb.Name))
 	}
 	if ref := inspectedShape(r); ref != nil {
 		return refuse(ref.status, ref.reason, ref.body)
 	}
-	if n := headerSize(r); n > ts.sb.MaxHeaderBytes {
+	if n := headerSize(r); n > sb.MaxHeaderBytes {
 		ev.Limit = "max_header_bytes"
 		return refuse(http.StatusRequestHeaderFieldsTooLarge, reasonQuota, fmt.Sprintf(
-			"Airlock refused this request: its header is %d bytes, over sandbox %q's limit of %d (limits.max_header_bytes).\n", n, ts.sb.Name, ts.sb.MaxHeaderBytes))
+			"Airlock refused this request: its header is %d bytes, over sandbox %q's limit of %d (limits.max_header_bytes).\n", n, sb.Name, sb.MaxHeaderBytes))
 	}
-	if ref := bodyTooLarge(r, ts.sb); ref != nil {
+	if ref := bodyTooLarge(r, sb); ref != nil {
 		ev.Limit = "max_request_body"
 		return refuse(ref.status, ref.reason, ref.body)
 	}
@@ -174,7 +188,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	if wouldDeny {
 		ev.Decision = "would_deny" // report mode: through, on record, without a credential
 	}
-	st.idle = ts.sb.IdleTimeout
+	st.idle = sb.IdleTimeout
 
 	r.URL.Host = authority(ts.host, ts.port)
 	r.Host = r.URL.Host
@@ -185,7 +199,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 		}
 	}
 	removeHopByHop(r.Header)
-	if ref := s.applyCredentials(r, st, ts.sb, ts.host, ts.port, d, true); ref != nil {
+	if ref := s.applyCredentials(r, st, sb, ts.host, ts.port, d, true); ref != nil {
 		resp := cannedResponse(r, ref.status, ref.reason, ref.body)
 		ev.Decision, ev.Reason = "deny", ref.reason
 		return r, resp
@@ -193,11 +207,11 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	if r.Body != nil && r.Body != http.NoBody {
 		// Tunnel bytes count toward the byte quota (watchedConn), so the
 		// body is only held to max_request_body here.
-		r.Body = &countingReader{ReadCloser: r.Body, n: &st.sent, max: ts.sb.MaxRequestBody}
+		r.Body = &countingReader{ReadCloser: r.Body, n: &st.sent, max: sb.MaxRequestBody}
 	}
 	rctx, cancel := context.WithCancel(r.Context())
 	st.cancel = cancel // called when the response is done (auditInner) or the upstream idles
-	r = r.WithContext(context.WithValue(rctx, configKey{}, ts.cfg))
+	r = r.WithContext(context.WithValue(rctx, configKey{}, cfg))
 	r.Trailer = nil // never forwarded: they come after the body, after every check
 	ctx.Req = r
 	ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)
@@ -217,8 +231,17 @@ func (s *Server) auditInner(resp *http.Response, st *reqState, ts *tunnelState) 
 		if st.cancel != nil {
 			st.cancel()
 		}
+		if st.reqBody != nil {
+			// What the upstream (or a refusal) left of the request body is
+			// read and dropped now, before the header cap is re-armed: it
+			// is body, not the next request's header.
+			st.reqBody.Close()
+		}
 		if c := ts.conn.Load(); c != nil {
 			c.awaitHeader() // the next bytes are the next request's header
+		}
+		if st.idled.Load() {
+			ev.CloseReason, ev.Limit = "idle_timeout", "idle_timeout"
 		}
 		if st.fromUpstream {
 			ev.BytesReceived = n
@@ -270,14 +293,13 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	h.hijacked = true
-	lt := &liveTunnel{client: h.ts.ev.Client.Addr(), host: h.ts.host, port: h.ts.port}
+	lt := &liveTunnel{id: h.ts.id, host: h.ts.host, port: h.ts.port, opened: h.ts.ev.Start}
 	done := h.done
-	sb := h.ts.sb
 	var wc *watchedConn
-	wc = &watchedConn{Conn: c, idle: sb.IdleTimeout,
-		up: meter{&h.s.bytes, sb, dirSent}, down: meter{&h.s.bytes, sb, dirReceived},
-		headerCap: int64(h.ts.cfg.Limits.MaxHeaderBytes) + headerSlack,
+	wc = &watchedConn{Conn: c, lt: lt, quotas: &h.s.bytes,
+		headerCap: int64(h.s.cfg.Load().Limits.MaxHeaderBytes) + headerSlack,
 		done: func(sent, received int64) {
+			lt.finish()
 			h.s.live.remove(lt)
 			if e := wc.why.Load(); e != nil {
 				h.ts.ev.CloseReason, h.ts.ev.Limit = e.why, e.limit
@@ -290,11 +312,10 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	wc.awaitHeader()
 	h.ts.conn.Store(wc)
 	lt.close = func() { wc.Close() }
+	lt.expire = func() { wc.closeBecause("max_lifetime", "max_tunnel_lifetime") }
+	lt.setSandbox(h.ts.sb)
 	h.s.live.add(lt)
 	wc.stop = context.AfterFunc(h.s.tunnelCtx, func() { wc.closeBecause("shutdown", "") })
-	if d := sb.MaxTunnelLifetime; d > 0 {
-		wc.expire = time.AfterFunc(d, func() { wc.closeBecause("max_lifetime", "max_tunnel_lifetime") })
-	}
 	// goproxy replays what rw.Reader has buffered, then reads wc.
 	return wc, rw, nil
 }
@@ -305,9 +326,10 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 const headerSlack = 32 << 10
 
 // watchedConn is a hijacked client connection of an intercepted tunnel.
-// Each Read and Write runs under the idle deadline and within the
-// sandbox's byte quota; Close reports the bytes moved (TLS records, both
-// ways) once.
+// Each Read and Write runs under the idle deadline and within the byte
+// quota of the tunnel's sandbox (read from lt each time: a reload may
+// change them); Close reports the bytes moved (TLS records, both ways)
+// once.
 //
 // goproxy reads inner requests with no cap on the header's size, so
 // watchedConn caps it: from the start, and again after each response,
@@ -315,13 +337,12 @@ const headerSlack = 32 << 10
 // be read; over that the tunnel is closed (limit max_header_bytes).
 type watchedConn struct {
 	net.Conn
-	idle           time.Duration
-	up, down       meter // the sandbox's byte quota, client->upstream and back
+	lt             *liveTunnel
+	quotas         *byteQuotas
 	headerCap      int64
 	header         atomic.Int64 // bytes read while waiting for a header; -1: reading a request's body
 	sent, received atomic.Int64
 	stop           func() bool // stops the shutdown hook
-	expire         *time.Timer // the max_lifetime timer, or nil
 	closed         sync.Once
 	why            atomic.Pointer[closeCause] // what closed the tunnel, if not its peers; first one wins
 	done           func(sent, received int64)
@@ -338,18 +359,20 @@ func (c *watchedConn) awaitHeader() { c.header.Store(0) }
 func (c *watchedConn) headerRead() { c.header.Store(-1) }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
-	room := c.up.room()
+	sb := c.lt.sandbox()
+	up := meter{c.quotas, sb, dirSent}
+	room := up.room()
 	if room == 0 {
-		c.closeBecause(reasonQuota, c.up.dir.limit())
+		c.closeBecause(reasonQuota, dirSent.limit())
 		return 0, net.ErrClosed
 	}
 	if int64(len(p)) > room {
 		p = p[:room]
 	}
-	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	c.Conn.SetReadDeadline(time.Now().Add(sb.IdleTimeout))
 	n, err := c.Conn.Read(p)
 	c.sent.Add(int64(n))
-	c.up.charge(int64(n))
+	up.charge(int64(n))
 	if h := c.header.Load(); h >= 0 && c.header.Add(int64(n)) > c.headerCap {
 		c.closeBecause(reasonQuota, "max_header_bytes")
 		return 0, net.ErrClosed
@@ -361,19 +384,21 @@ func (c *watchedConn) Read(p []byte) (int, error) {
 }
 
 func (c *watchedConn) Write(p []byte) (int, error) {
+	sb := c.lt.sandbox()
+	down := meter{c.quotas, sb, dirReceived}
 	var over bool
-	if room := c.down.room(); int64(len(p)) > room {
+	if room := down.room(); int64(len(p)) > room {
 		p, over = p[:room], true
 	}
-	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	c.Conn.SetWriteDeadline(time.Now().Add(sb.IdleTimeout))
 	n, err := c.Conn.Write(p)
 	c.received.Add(int64(n))
-	c.down.charge(int64(n))
+	down.charge(int64(n))
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		c.closeBecause("idle_timeout", "idle_timeout")
 	}
 	if over && err == nil {
-		c.closeBecause(reasonQuota, c.down.dir.limit())
+		c.closeBecause(reasonQuota, dirReceived.limit())
 		err = net.ErrClosed
 	}
 	return n, err
@@ -394,9 +419,7 @@ func (c *watchedConn) closeBecause(why, limit string) error {
 		if c.stop != nil {
 			c.stop()
 		}
-		if c.expire != nil {
-			c.expire.Stop()
-		}
+		c.lt.finish()
 		c.done(c.sent.Load(), c.received.Load())
 	})
 	return err

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -169,5 +170,79 @@ func TestPlainUploadOverByteQuotaAnswers429(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("a request after the quota is spent: %d, want 429", resp.StatusCode)
+	}
+}
+
+// Headers count toward the byte quotas, both ways: a sandbox cannot
+// carry data out (or in) in them for free.
+func TestHeadersCountTowardByteQuotas(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, _ := strconv.Atoi(r.URL.Query().Get("hdr")); n > 0 {
+			w.Header().Set("X-Big", strings.Repeat("h", n))
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	get := func(addr, query string, header int) int {
+		t.Helper()
+		pu, _ := url.Parse("http://" + addr)
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://allowed.test:%d/?%s", port, query), nil)
+		if header > 0 {
+			req.Header.Set("X-Data", strings.Repeat("d", header))
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0 // cut off: the transfer that crossed the quota
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	sent, _ := startProxy(t, localYAML(port)+"limits: {max_bytes_sent: 8KiB}\n")
+	for i := range 2 {
+		if code := get(sent, "", 3000); code != 200 {
+			t.Fatalf("request %d with a 3000-byte header: %d", i+1, code)
+		}
+	}
+	if code := get(sent, "", 3000); code != http.StatusTooManyRequests {
+		// Two 3 KB headers and the rest of the requests come to over 6 KB;
+		// the third takes the sandbox past 8 KiB.
+		if code = get(sent, "", 0); code != http.StatusTooManyRequests {
+			t.Errorf("after ~9 KB of request headers against max_bytes_sent 8KiB: %d, want 429", code)
+		}
+	}
+	received, _ := startProxy(t, localYAML(port)+"limits: {max_bytes_received: 8KiB}\n")
+	for range 3 {
+		get(received, "hdr=3000", 0)
+	}
+	if code := get(received, "", 0); code != http.StatusTooManyRequests {
+		t.Errorf("after ~9 KB of response headers against max_bytes_received 8KiB: %d, want 429", code)
+	}
+}
+
+// An upstream that stalls mid-body past idle_timeout: the client sees a
+// broken transfer, never a short one that looks complete.
+func TestStalledResponseIsCutOffVisibly(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "start")
+		w.(http.Flusher).Flush()
+		time.Sleep(3 * time.Second)
+		io.WriteString(w, "end")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	addr, _ := startProxy(t, localYAML(port)+"limits: {idle_timeout: 500ms}\n")
+	pu, _ := url.Parse("http://" + addr)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	resp, err := c.Get(fmt.Sprintf("http://allowed.test:%d/", port))
+	if err != nil {
+		return // broken before the header: visibly so
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Errorf("a response cut off by idle_timeout read as complete: %d %q", resp.StatusCode, b)
 	}
 }

@@ -141,36 +141,63 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 		if resp == nil {
 			return nil
 		}
-		removeHopByHop(resp.Header)
 		st, _ := ctx.Req.Context().Value(stateKey{}).(*reqState)
-		if st != nil && st.fromUpstream && st.cancel != nil {
-			resp.Body = newIdleBody(resp.Body, st.idle, st.cancel)
-		}
-		if st != nil && st.inj != nil {
-			// The upstream must not hand the injected value to the sandbox:
-			// mask it in headers and body, and drop trailers (they arrive
-			// after the body, too late to mask before goproxy writes them).
-			st.inj.ScrubHeader(resp.Header)
-			resp.Header.Del("Trailer")
-			resp.Trailer = nil
-			if ce := encodedAs(resp.Header); ce != "" {
-				// Airlock asked for identity; an upstream that encodes
-				// anyway gets no body through, since it cannot be masked.
-				resp.Body.Close()
-				st.fromUpstream = false
-				st.ev.Reason, st.ev.ErrorType = reasonUpstreamError, "unmaskable_encoding"
-				return cannedResponse(ctx.Req, http.StatusBadGateway, reasonUpstreamError,
-					"The upstream sent an encoded ("+ce+") response to a request carrying a credential; Airlock cannot check it for the credential, so it is not passed on.\n")
-			}
-			resp.Body = st.inj.ScrubBody(resp.Body)
-		}
+		resp = s.response(resp, ctx, st)
 		if ts, ok := ctx.UserData.(*tunnelState); ok && st != nil {
+			// Every response in an intercepted tunnel, Airlock's own
+			// refusals included: its audit line, and the header cap
+			// re-armed for the next request, depend on it.
 			s.auditInner(resp, st, ts)
 		}
 		return resp
 	})
 	s.gp = gp
 	return s, nil
+}
+
+// response prepares a response for the client: hop-by-hop headers
+// removed, the idle timeout on the body, the response header charged to
+// the byte quota (plain HTTP), and anything that echoes an injected
+// credential masked or, if it cannot be, replaced by a 502.
+func (s *Server) response(resp *http.Response, ctx *goproxy.ProxyCtx, st *reqState) *http.Response {
+	removeHopByHop(resp.Header)
+	if st != nil && st.fromUpstream {
+		st.recvQuota.charge(responseHeaderSize(resp))
+		if st.cancel != nil {
+			resp.Body = newIdleBody(resp.Body, st.idle, func() { st.idled.Store(true); st.cancel() })
+		}
+	}
+	if st != nil && st.inj != nil {
+		// The upstream must not hand the injected value to the sandbox:
+		// mask it in headers and body, and drop trailers (they arrive
+		// after the body, too late to mask before goproxy writes them).
+		st.inj.ScrubHeader(resp.Header)
+		resp.Header.Del("Trailer")
+		resp.Trailer = nil
+		if ce := encodedAs(resp.Header); ce != "" {
+			// Airlock asked for identity; an upstream that encodes
+			// anyway gets no body through, since it cannot be masked.
+			resp.Body.Close()
+			st.fromUpstream = false
+			st.ev.Reason, st.ev.ErrorType = reasonUpstreamError, "unmaskable_encoding"
+			return cannedResponse(ctx.Req, http.StatusBadGateway, reasonUpstreamError,
+				"The upstream sent an encoded ("+ce+") response to a request carrying a credential; Airlock cannot check it for the credential, so it is not passed on.\n")
+		}
+		resp.Body = st.inj.ScrubBody(resp.Body)
+	}
+	return resp
+}
+
+// responseHeaderSize is the size of resp's status line and header as
+// received, give or take the reason phrase's spelling.
+func responseHeaderSize(resp *http.Response) int64 {
+	n := len("HTTP/1.1 ") + len(resp.Status) + 2
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return int64(n + 2)
 }
 
 // newTransport is the upstream transport: it dials through d and verifies
@@ -195,8 +222,11 @@ func newTransport(cfg *policy.Config, d *dialer) (*http.Transport, error) {
 		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 2 * time.Minute,
-		ExpectContinueTimeout: time.Second,
-		IdleConnTimeout:       90 * time.Second,
+		// Go's default is 10 MiB of response header per request in
+		// memory; a header is never data worth that much.
+		MaxResponseHeaderBytes: 1 << 20,
+		ExpectContinueTimeout:  time.Second,
+		IdleConnTimeout:        90 * time.Second,
 		// Size the upstream pool for the concurrency served: Go's default
 		// of 2 idle connections per host makes a busy proxy redial.
 		MaxIdleConns:        1024,
@@ -299,7 +329,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		ev.Kind = audit.KindTunnel
 	}
-	sb, why := s.identify(r, cfg, client.Addr())
+	sb, id, why := s.identify(r, cfg, client.Addr())
 	if sb == nil {
 		// The header, and whatever token it held, go nowhere else.
 		w.Header().Set("Proxy-Authenticate", `Basic realm="airlock"`)
@@ -322,7 +352,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
-		s.serveConnect(w, r, cfg, sb, ev)
+		s.serveConnect(w, r, cfg, sb, id, ev)
 		return
 	}
 	s.serveHTTP(w, r, cfg, sb, ev)
@@ -333,7 +363,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // when r.Host parses as one.
 func (s *Server) refuseEarly(w http.ResponseWriter, r *http.Request, ev *audit.Event, status int, reason, body string) {
 	ev.Decision, ev.Reason, ev.Status = "deny", reason, status
-	if h, port, err := policy.ParseAuthority(r.Host, 80); err == nil {
+	defaultPort := uint16(80)
+	if strings.EqualFold(r.URL.Scheme, "https") {
+		defaultPort = 443
+	}
+	if h, port, err := policy.ParseAuthority(r.Host, defaultPort); err == nil {
 		ev.Host, ev.Port = h.String(), port
 	}
 	writeDecision(w, status, reason, body)
@@ -344,28 +378,31 @@ func (s *Server) refuseEarly(w http.ResponseWriter, r *http.Request, ev *audit.E
 // reasonAuth refuses a client without a valid session token (407).
 const reasonAuth = "auth_required"
 
-// identify returns the sandbox a request comes from: the one its session
-// token names (Proxy-Authorization: Basic with the token as password, or
-// Bearer), else, unless auth.required, the one its address maps to. It
-// returns nil and why when the client must authenticate: a token that
-// does not verify is refused even when none is required (fail closed).
-func (s *Server) identify(r *http.Request, cfg *policy.Config, client netip.Addr) (*policy.Sandbox, string) {
+// identify returns the sandbox a request comes from, and who that is: the
+// sandbox its session token names (Proxy-Authorization: Basic with the
+// token as password, or Bearer), else, unless auth.required, the one its
+// address maps to. It returns nil and why when the client must
+// authenticate: a token that does not verify is refused even when none is
+// required (fail closed).
+func (s *Server) identify(r *http.Request, cfg *policy.Config, client netip.Addr) (*policy.Sandbox, identity, string) {
+	id := identity{client: client}
 	token := sessionToken(r.Header.Get("Proxy-Authorization"))
 	if s.sessions == nil || token == "" {
 		if cfg.Auth.Required {
-			return nil, "none was presented"
+			return nil, id, "none was presented"
 		}
-		return cfg.SandboxFor(client), ""
+		return cfg.SandboxFor(client), id, ""
 	}
-	name, err := s.sessions.Verify(token, cfg.Auth.Revoked)
+	sess, err := s.sessions.Verify(token, cfg.Auth.Revoked)
 	if err != nil {
-		return nil, err.Error()
+		return nil, id, err.Error()
 	}
-	sb, ok := cfg.Sandbox(name)
+	id.sandbox, id.tokenID = sess.Sandbox, sess.ID
+	sb, ok := cfg.Sandbox(sess.Sandbox)
 	if !ok {
-		return nil, "the token names a sandbox this configuration does not have"
+		return nil, id, "the token names a sandbox this configuration does not have"
 	}
-	return sb, ""
+	return sb, id, ""
 }
 
 // sessionToken extracts a token from a Proxy-Authorization value: the
@@ -389,7 +426,7 @@ func sessionToken(v string) string {
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
 	cw := &countingWriter{ResponseWriter: w, idle: sb.IdleTimeout, quota: meter{&s.bytes, sb, dirReceived}}
-	st := &reqState{ev: ev, idle: sb.IdleTimeout}
+	st := &reqState{ev: ev, idle: sb.IdleTimeout, recvQuota: meter{&s.bytes, sb, dirReceived}}
 	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
 	// Per-write deadlines (countingWriter) must not outlive this request:
 	// clear a stale one now, and give the server's final flush idle.
@@ -477,6 +514,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		r.Host = strings.TrimSuffix(r.Host, fmt.Sprintf(":%d", port))
 	}
 	removeHopByHop(r.Header)
+	// Headers count toward the byte quota as bodies do: a sandbox must not
+	// carry data out in them for free.
+	s.bytes.charge(sb, dirSent, headerSize(r))
 	if ref := bodyTooLarge(r, sb); ref != nil {
 		ev.Decision, ev.Reason, ev.Limit = "deny", ref.reason, "max_request_body"
 		writeDecision(cw, ref.status, ref.reason, ref.body)
@@ -487,7 +527,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 		// each read has the idle timeout to finish, and counts toward the
 		// body cap and the byte quota.
 		r.Body = &countingReader{ReadCloser: r.Body, n: &sent, rc: rc, idle: sb.IdleTimeout,
-			max: sb.MaxRequestBody, quota: meter{&s.bytes, sb, dirSent}}
+			max: sb.MaxRequestBody, quota: meter{&s.bytes, sb, dirSent}, idled: &st.clientIdled}
 	}
 	if ref := s.applyCredentials(r, st, sb, h, port, d, scheme == "https"); ref != nil {
 		ev.Decision, ev.Reason = "deny", ref.reason
@@ -505,13 +545,19 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	// when the body has been read to its end.)
 	fwd.Trailer = nil
 	s.gp.ServeHTTP(cw, fwd)
-	if cw.cut {
-		// The response crossed the byte quota: end the connection without
-		// the rest (a chunked response must not look complete). The
-		// deferred audit line is still written.
+	switch {
+	case cw.cut:
 		ev.CloseReason, ev.Limit = reasonQuota, dirReceived.limit()
-		panic(http.ErrAbortHandler)
+	case st.idled.Load():
+		ev.CloseReason, ev.Limit = "idle_timeout", "idle_timeout"
+	default:
+		return
 	}
+	// The response was cut off (byte quota, or an upstream that stalled):
+	// end the connection without the rest, so that it cannot look
+	// complete (a chunked one would). The deferred audit line is still
+	// written.
+	panic(http.ErrAbortHandler)
 }
 
 // headerSize returns the size of r's header as it was received: request
@@ -563,6 +609,10 @@ type reqState struct {
 	idle         time.Duration      // the sandbox's idle timeout
 	cancel       context.CancelFunc // ends the upstream request (an idle upstream body)
 	sent         atomic.Int64       // request body bytes read (intercepted requests)
+	reqBody      io.Closer          // the request body as received (intercepted requests), drained when the response is done
+	recvQuota    meter              // plain HTTP: the sandbox's received-bytes quota, charged the response header too
+	idled        atomic.Bool        // the upstream's response stalled past idle and was cut off
+	clientIdled  atomic.Bool        // the client's request body stalled past idle
 }
 
 type stateKey struct{}
@@ -592,6 +642,12 @@ func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response
 			"server.address", ev.Host)
 		return cannedResponse(r, http.StatusForbidden, reasonCredentialHostMismatch,
 			denyBody(ev.Host, ev.Port, reasonCredentialHostMismatch, ev.Sandbox)), nil
+	}
+	if st.clientIdled.Load() {
+		// The client stopped sending its body for idle_timeout.
+		ev.CloseReason, ev.Limit, ev.ErrorType = "idle_timeout", "idle_timeout", "timeout"
+		return cannedResponse(r, http.StatusRequestTimeout, reasonUpstreamError,
+			"Airlock stopped waiting for the rest of this request's body (limits.idle_timeout).\n"), nil
 	}
 	var qe *quotaError
 	if errors.As(err, &qe) {
@@ -746,6 +802,7 @@ type countingReader struct {
 	idle  time.Duration
 	max   int64 // 0: no cap
 	quota meter
+	idled *atomic.Bool // set when a read waits idle for the client; nil: not tracked
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
@@ -770,7 +827,15 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	if c.max > 0 && c.n.Load()+int64(n) > c.max {
 		n, over = int(c.max-c.n.Load()), &quotaError{limit: "max_request_body"}
 	}
-	if err != nil && c.rc != nil {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The client went quiet. The deadline stays: whatever drains the
+		// body next (the transport's Close) must not wait forever either.
+		if c.idled != nil {
+			c.idled.Store(true)
+		}
+		err = errClientIdle
+	case err == io.EOF && c.rc != nil:
 		// Done with the body: net/http's background read (which watches
 		// for the client going away) must not trip over our deadline.
 		c.rc.SetReadDeadline(time.Time{})
@@ -782,6 +847,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// errClientIdle is a request body read that waited idle_timeout for the
+// client.
+var errClientIdle = errors.New("airlock: the client stopped sending the request body (idle_timeout)")
 
 // slogPrintf adapts goproxy's Printf logger to slog at debug level.
 type slogPrintf struct{ l *slog.Logger }

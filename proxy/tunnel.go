@@ -25,7 +25,7 @@ import (
 // ConnectAccept: goproxy reports neither the bytes moved nor when a tunnel
 // closes (the audit line needs both) and has no idle timeout. TLS
 // interception, when it lands, is handed to goproxy.
-func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, id identity, ev *audit.Event) {
 	logged := false
 	defer func() {
 		if !logged {
@@ -68,7 +68,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 		// request. The tunnel's line is written when it closes.
 		logged = true
 		ev.Status = http.StatusOK
-		s.intercept(w, r, &tunnelState{cfg: cfg, sb: sb, host: h, port: port, ev: ev})
+		s.intercept(w, r, &tunnelState{id: id, sb: sb, host: h, port: port, ev: ev})
 		return
 	}
 
@@ -151,10 +151,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 			upstream.Close()
 			return
 		}
-		lt := &liveTunnel{client: ev.Client.Addr(), host: h, port: port, close: func() { clientConn.Close(); upstream.Close() }}
-		s.live.add(lt)
-		defer s.live.remove(lt)
-		ev.BytesSent, ev.BytesReceived, ev.CloseReason, ev.Limit = s.pipe(clientConn, hello, upstream, sb)
+		lt := &liveTunnel{id: id, host: h, port: port, opened: ev.Start, close: func() { clientConn.Close(); upstream.Close() }}
+		ev.BytesSent, ev.BytesReceived, ev.CloseReason, ev.Limit = s.pipe(clientConn, hello, upstream, sb, lt)
 		if lt.reloaded.Load() {
 			ev.CloseReason, ev.Limit = "policy_reload", ""
 		}
@@ -165,32 +163,43 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 // clock is consulted again.
 const tunnelChunk = 1 << 20
 
-// pipe writes replay upstream, then copies between client and upstream
-// until both directions finish, the tunnel has been idle for
-// sb.IdleTimeout, it has been open for sb.MaxTunnelLifetime (if not 0),
-// sb's byte quota is used up, or the server shuts down. It returns the
-// bytes moved client->upstream and upstream->client, why the tunnel
-// ended ("closed": a side closed or failed; "idle_timeout",
-// "max_lifetime", "quota_exceeded" or "shutdown") and, when a limit
-// ended it, that limit's key.
+// pipe registers lt (its sandbox sb to begin with) with Reload, writes
+// replay upstream, then copies between client and upstream until both
+// directions finish, the tunnel has been idle for the sandbox's
+// idle_timeout, it has been open for its max_tunnel_lifetime (if not 0),
+// the sandbox's byte quota is used up, a reload closes it, or the server
+// shuts down. The limits are read from lt at each step: a reload may
+// change them. It returns the bytes moved client->upstream and
+// upstream->client, why the tunnel ended ("closed": a side closed or
+// failed; "idle_timeout", "max_lifetime", "quota_exceeded" or
+// "shutdown"; the caller sees Reload's own mark) and, when a limit ended
+// it, that limit's key.
 //
 // Both ends are TCP connections, so io.Copy uses the kernel's splice path
 // (net.TCPConn.ReadFrom): no user-space buffer of ours carries the data.
 // The copy moves at most tunnelChunk bytes per step under a read deadline,
 // so idleness is judged across both directions: a long download with a
 // silent client is not idle.
-func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb *policy.Sandbox) (sent, received int64, why, limit string) {
-	idle, lifetime := sb.IdleTimeout, sb.MaxTunnelLifetime
+func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb *policy.Sandbox, lt *liveTunnel) (sent, received int64, why, limit string) {
+	var expired atomic.Bool
+	lt.expire = func() {
+		expired.Store(true)
+		client.Close()
+		upstream.Close()
+	}
+	lt.setSandbox(sb)
+	defer lt.finish()
+	s.live.add(lt)
+	defer s.live.remove(lt)
 	var last atomic.Int64 // unix nanoseconds of the last byte moved either way
 	last.Store(time.Now().UnixNano())
-	upQuota, downQuota := meter{&s.bytes, sb, dirSent}, meter{&s.bytes, sb, dirReceived}
 
 	// The bytes read from the client to check its ClientHello go first.
 	if len(replay) > 0 {
-		upstream.SetWriteDeadline(time.Now().Add(idle))
+		upstream.SetWriteDeadline(time.Now().Add(sb.IdleTimeout))
 		m, err := upstream.Write(replay)
 		sent += int64(m)
-		upQuota.charge(int64(m))
+		s.bytes.charge(sb, dirSent, int64(m))
 		if err != nil {
 			client.Close()
 			upstream.Close()
@@ -205,26 +214,17 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb 
 	var upEnd, downEnd string
 	go func() {
 		defer wg.Done()
-		up, upEnd = copyIdle(upstream, client, clientTCP, &last, idle, upQuota)
+		up, upEnd = copyIdle(upstream, client, clientTCP, &last, lt, &s.bytes, dirSent)
 	}()
 	go func() {
 		defer wg.Done()
-		down, downEnd = copyIdle(client, upstream, upstream, &last, idle, downQuota)
+		down, downEnd = copyIdle(client, upstream, upstream, &last, lt, &s.bytes, dirReceived)
 	}()
 
 	stop := context.AfterFunc(s.tunnelCtx, func() {
 		client.Close()
 		upstream.Close()
 	})
-	var expired atomic.Bool
-	if lifetime > 0 {
-		t := time.AfterFunc(lifetime, func() {
-			expired.Store(true)
-			client.Close()
-			upstream.Close()
-		})
-		defer t.Stop()
-	}
 	wg.Wait()
 	shutdown := !stop()
 	client.Close()
@@ -235,9 +235,9 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb 
 	case expired.Load():
 		why, limit = "max_lifetime", "max_tunnel_lifetime"
 	case upEnd == "quota_exceeded":
-		why, limit = upEnd, upQuota.dir.limit()
+		why, limit = upEnd, dirSent.limit()
 	case downEnd == "quota_exceeded":
-		why, limit = downEnd, downQuota.dir.limit()
+		why, limit = downEnd, dirReceived.limit()
 	case upEnd == "idle_timeout" || downEnd == "idle_timeout":
 		why, limit = "idle_timeout", "idle_timeout"
 	default:
@@ -247,13 +247,17 @@ func (s *Server) pipe(client net.Conn, replay []byte, upstream *net.TCPConn, sb 
 }
 
 // copyIdle copies src to dst in steps, each under a read deadline and
-// within quota, and returns the bytes copied and why it stopped: "" (src
-// ended or failed), "idle_timeout" or "quota_exceeded". It half-closes
-// dst when src reaches EOF, and closes both when the tunnel has been idle
-// (no byte either way) for idle or quota has no room left.
-func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, idle time.Duration, quota meter) (int64, string) {
+// within the byte quota of lt's sandbox for direction dir, and returns
+// the bytes copied and why it stopped: "" (src ended or failed),
+// "idle_timeout" or "quota_exceeded". It half-closes dst when src reaches
+// EOF, and closes both when the tunnel has been idle (no byte either way)
+// for the sandbox's idle_timeout or the quota has no room left. The limits
+// are read at every step.
+func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, lt *liveTunnel, q *byteQuotas, dir direction) (int64, string) {
 	var total int64
 	for {
+		sb := lt.sandbox()
+		idle, quota := sb.IdleTimeout, meter{q, sb, dir}
 		step := min(int64(tunnelChunk), quota.room())
 		if step == 0 {
 			dst.Close()
