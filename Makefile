@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 
-.PHONY: build run test lint fuzz bench clean
+.PHONY: build run test lint fuzz bench bench-micro clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/airlock
@@ -34,8 +34,14 @@ fuzz:
 		done; \
 	done
 
+# The side-by-side harness (Airlock, no proxy, Squid, tinyproxy; see
+# docs/BENCHMARKS.md), then the package micro-benchmarks.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./policy ./certs ./proxy ./dnsfilter
+	$(GO) run ./bench
+	$(GO) test -run '^$$' -bench . -benchmem ./policy ./certs ./proxy ./dnsfilter ./audit
+
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem ./policy ./certs ./proxy ./dnsfilter ./audit
 
 clean:
 	rm -rf bin

@@ -425,12 +425,12 @@ func sessionToken(v string) string {
 
 // serveHTTP handles an absolute-form request (RFC 9112 §3.2.2).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.Config, sb *policy.Sandbox, ev *audit.Event) {
-	cw := &countingWriter{ResponseWriter: w, idle: sb.IdleTimeout, quota: meter{&s.bytes, sb, dirReceived}}
+	rc := http.NewResponseController(w)
+	cw := &countingWriter{ResponseWriter: w, rc: rc, idle: sb.IdleTimeout, quota: meter{&s.bytes, sb, dirReceived}}
 	st := &reqState{ev: ev, idle: sb.IdleTimeout, recvQuota: meter{&s.bytes, sb, dirReceived}}
 	var sent atomic.Int64 // the transport may still read the body after RoundTrip returns
 	// Per-write deadlines (countingWriter) must not outlive this request:
 	// clear a stale one now, and give the server's final flush idle.
-	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Time{})
 	defer func() {
 		// After the handler, net/http may still flush the response and
@@ -734,6 +734,7 @@ func (s *Server) deny(w http.ResponseWriter, ev *audit.Event, reason string) {
 // reading must not hold the connection and its upstream forever.
 type countingWriter struct {
 	http.ResponseWriter
+	rc     *http.ResponseController // nil: no per-write deadline
 	idle   time.Duration
 	status int
 	n      int64
@@ -752,8 +753,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
-	if c.idle > 0 {
-		http.NewResponseController(c.ResponseWriter).SetWriteDeadline(time.Now().Add(c.idle))
+	if c.idle > 0 && c.rc != nil {
+		c.rc.SetWriteDeadline(time.Now().Add(c.idle))
 	}
 	var over error
 	if room := c.quota.room(); room < int64(len(p)) {
