@@ -9,8 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -99,12 +103,15 @@ policies:
     allow:
       - host: allowed.test
         ports: [%d]
+      - host: intercepted.test       # makes Airlock intercept, so the command gets a CA bundle
+        paths: ["/**"]
 `, port)), 0o644)
 	os.Chmod(dir, 0o755)
 	auditLog := filepath.Join(dir, "audit.jsonl")
 	inner := fmt.Sprintf(`
 echo "uid=$(id -u)"
 echo "proxy=$HTTPS_PROXY"
+echo "ca_bundle=$(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE")"
 echo "proxied=$(curl -sS --max-time 10 -o /dev/null -w '%%{http_code}' http://allowed.test:%[1]d/)"
 echo "direct=$(curl -sS --max-time 5 --noproxy '*' -o /dev/null -w '%%{http_code}' http://10.199.77.1:%[1]d/ 2>/dev/null)"
 echo "denied=$(curl -sS --max-time 10 -o /dev/null -w '%%{http_code}' http://denied.test:%[1]d/)"
@@ -125,6 +132,9 @@ exit 7
 		if k, v, ok := strings.Cut(line, "="); ok {
 			got[k] = v
 		}
+	}
+	if n, _ := strconv.Atoi(got["ca_bundle"]); n < 2 {
+		t.Errorf("the command's SSL_CERT_FILE holds %q certificates; want the system roots and Airlock's CA:\n%s", got["ca_bundle"], out)
 	}
 	for k, want := range map[string]string{
 		"uid":         "65534", // -u nobody
@@ -152,4 +162,68 @@ exit 7
 	if m, _ := filepath.Glob("/etc/netns/" + sandboxNS); len(m) > 0 {
 		t.Errorf("/etc/netns/%s is left behind", sandboxNS)
 	}
+
+	// SIGTERM to the script reaches COMMAND (in a session of its own, with
+	// no terminal to push keystrokes into), and everything is torn down.
+	cmd = exec.Command("ip", "netns", "exec", hostNS, script, "-c", cfg, "-u", "nobody",
+		"-s", "10.199.77.0", "-n", sandboxNS, "-a", auditLog, "--", "sh", "-c", `(exec 3<>/dev/tty) 2>/dev/null && echo "has a terminal"; echo started; setsid sleep 300 & sleep 300`)
+	cmd.Env = append(os.Environ(), "AIRLOCK="+testutil.Binary(t))
+	var buf, errBuf lockedBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &errBuf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(buf.String(), "started") && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 143 {
+			t.Errorf("after SIGTERM: exit status %d, want 143 (COMMAND killed by TERM)\n%s", code, errBuf.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("SIGTERM did not end the script")
+	}
+	if strings.Contains(buf.String(), "has a terminal") {
+		t.Error("COMMAND has a controlling terminal")
+	}
+	if list := ipCmd(t, "netns", "list"); strings.Contains(list, sandboxNS) {
+		t.Errorf("after SIGTERM the sandbox namespace is left behind:\n%s", list)
+	}
+	if out, err := exec.Command("pgrep", "-f", "sleep 300").Output(); err == nil {
+		t.Errorf("processes of COMMAND survive it: %s", out)
+	}
+
+	// An existing namespace is never taken over, nor deleted.
+	cmd = exec.Command("ip", "netns", "exec", hostNS, script, "-n", hostNS, "--", "true")
+	cmd.Env = append(os.Environ(), "AIRLOCK="+testutil.Binary(t))
+	if out, err := cmd.CombinedOutput(); exitCode(err) != 2 || !strings.Contains(string(out), "exists already") {
+		t.Errorf("-n with an existing namespace: %v %s", err, out)
+	}
+	if !strings.Contains(ipCmd(t, "netns", "list"), hostNS) {
+		t.Error("the script deleted a namespace it did not create")
+	}
+}
+
+// lockedBuffer is a strings.Builder safe to write from a process's
+// output copier while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -41,7 +41,7 @@ placeholder (never the credential). Use it as: eval "$(airlock env --sandbox age
 	cmd.Flags().StringVar(&configPath, "config", "", "policy file (YAML); default: the embedded policy")
 	cmd.Flags().StringVar(&sandbox, "sandbox", policy.DefaultSandbox, "sandbox whose placeholders to print")
 	cmd.Flags().StringVar(&proxyAddr, "proxy", "", "address the sandbox reaches Airlock at (default: listen.proxy), e.g. airlock:3128")
-	cmd.Flags().StringVar(&caPath, "ca-path", "", "path of the CA bundle as the sandbox sees it (default: STATE_DIR/ca-bundle.pem, system roots plus Airlock's CA, written now)")
+	cmd.Flags().StringVar(&caPath, "ca-path", "", "path of the CA bundle as the sandbox sees it (default: STATE_DIR/ca-bundle.pem; the bundle, system roots plus Airlock's CA, is written there now either way)")
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "state directory (CA, placeholder key)")
 	return cmd
 }
@@ -63,14 +63,16 @@ func printEnv(w, warn io.Writer, cfg *policy.Config, sandbox, proxyAddr, caPath,
 	export("no_proxy", "localhost,127.0.0.1,::1")
 
 	if cfg.NeedsInterception() || cfg.TLS.CACert != "" {
+		// Written whether or not --ca-path names where the sandbox sees
+		// it: the operator copies or mounts it there.
+		bundle, note, err := writeCABundle(cfg, stateDir)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			fmt.Fprintln(warn, "airlock env:", note)
+		}
 		if caPath == "" {
-			bundle, note, err := writeCABundle(cfg, stateDir)
-			if err != nil {
-				return err
-			}
-			if note != "" {
-				fmt.Fprintln(warn, "airlock env:", note)
-			}
 			caPath = bundle
 		}
 		// One bundle, system roots plus Airlock's CA: these variables

@@ -12,8 +12,20 @@
 # bundle. Inside there is no default route, and an nftables table drops
 # every packet that is not for Airlock's two ports (so not even the host's
 # other services are reachable). COMMAND runs as USER (default: $SUDO_USER;
-# as root otherwise, who could undo the nftables table). Everything is torn
-# down when COMMAND exits, and its exit status is the script's.
+# as root otherwise, who could undo the nftables table), in a session of
+# its own without a controlling terminal: it cannot push keystrokes into
+# the terminal the script was started from (TIOCSTI). Its standard input
+# and output are still the script's, so line-oriented programs work; an
+# interactive shell has no job control. INT, TERM and HUP are passed to
+# COMMAND; everything is torn down when it exits (any process left in the
+# namespace is killed), and its exit status is the script's. A SIGKILL of
+# the script leaves the namespace, its veth and /etc/netns/NAME behind:
+# remove them with `ip netns del NAME`.
+#
+# Only the network is confined: COMMAND shares the host's filesystem, so
+# Unix sockets its user may open (docker.sock, D-Bus, a local resolver's
+# socket) are reachable. Add file isolation for that (a container,
+# bubblewrap).
 #
 # Needs root, ip (iproute2), nft (nftables) and setpriv (util-linux).
 #   -c CONFIG   Airlock policy file (default: the embedded default policy)
@@ -32,7 +44,7 @@ while getopts "c:u:s:n:a:h" opt; do
     s) subnet="$OPTARG" ;;
     n) name="$OPTARG" ;;
     a) audit="$OPTARG" ;;
-    *) sed -n '2,27p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,38p' "$0" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -55,22 +67,44 @@ case "$subnet" in
   *) echo "airlock-netns: -s $subnet: give the /30's first address, as 10.199.199.0" >&2; exit 2 ;;
 esac
 host_ip="$base.1" ns_ip="$base.2"
+if ip netns list | awk '{print $1}' | grep -qx -- "$name"; then
+  echo "airlock-netns: a network namespace named $name exists already; give another -n NAME" >&2
+  exit 2
+fi
 host_if="alh${$}" ns_if="als${$}"   # interface names are at most 15 bytes
 work="$(mktemp -d /tmp/airlock-netns.XXXXXX)"
-airlock_pid=""
+airlock_pid="" cmd_pid="" created=""
 
 cleanup() {
   set +e
+  if [ -n "$created" ]; then
+    # Whatever COMMAND left running in the namespace goes with it.
+    ip netns pids "$name" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
+  fi
   [ -n "$airlock_pid" ] && kill "$airlock_pid" 2>/dev/null && wait "$airlock_pid" 2>/dev/null
-  ip netns del "$name" 2>/dev/null      # takes the veth pair with it
-  ip link del "$host_if" 2>/dev/null
-  rm -rf "/etc/netns/$name" "$work"
+  if [ -n "$created" ]; then
+    ip netns del "$name" 2>/dev/null    # takes the veth pair with it
+    ip link del "$host_if" 2>/dev/null
+    rm -rf "/etc/netns/$name"
+  fi
+  rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# INT, TERM and HUP go to COMMAND's session, and the script then waits
+# for it; before COMMAND runs, they end the script (after cleanup).
+forward() {
+  if [ -n "$cmd_pid" ]; then
+    kill "-$1" -- "-$cmd_pid" 2>/dev/null
+  else
+    exit "$2"
+  fi
+}
+trap 'forward INT 130' INT
+trap 'forward TERM 143' TERM
+trap 'forward HUP 129' HUP
 
 ip netns add "$name"
+created=1
 ip link add "$host_if" type veth peer name "$ns_if" netns "$name"
 ip addr add "$host_ip/30" dev "$host_if"
 ip link set "$host_if" up
@@ -120,13 +154,24 @@ done < <("$airlock" env --proxy "$host_ip:3128" --state-dir "$work/state" ${conf
 chmod 0755 "$work"
 chmod 0700 "$work/state" 2>/dev/null || true
 
-run=(ip netns exec "$name")
-if [ -n "$user" ] && [ "$user" != root ]; then
-  run+=(setpriv --reuid="$(id -u "$user")" --regid="$(id -g "$user")" --init-groups --reset-env)
+# setsid: a new session without a controlling terminal (no TIOCSTI into
+# the caller's terminal), whose process group gets the forwarded signals.
+run=(ip netns exec "$name" setsid --wait)
+uid=""
+[ -n "$user" ] && uid="$(id -u "$user")"
+if [ -n "$uid" ] && [ "$uid" != 0 ]; then
+  run+=(setpriv --reuid="$uid" --regid="$(id -g "$user")" --init-groups --reset-env)
 else
   echo "airlock-netns: warning: COMMAND runs as root, which can remove the namespace's nftables table; give -u USER" >&2
 fi
 set +e
-"${run[@]}" env "${env_args[@]}" "$@"
-status=$?
+"${run[@]}" env "${env_args[@]}" "$@" <&0 &   # <&0: a background job would get /dev/null
+cmd_pid=$!
+# wait returns early when a trapped signal arrives: wait again until
+# COMMAND has really exited.
+while :; do
+  wait "$cmd_pid"
+  status=$?
+  kill -0 "$cmd_pid" 2>/dev/null || break
+done
 exit "$status"
