@@ -105,7 +105,7 @@ func writeSection(b *strings.Builder, sec section, md bool) {
 		fmt.Fprintf(b, "\n### %s\n\n| %s |\n|%s\n", sec.title, strings.Join(sec.header, " | "), strings.Repeat("---|", len(sec.header)))
 		for _, r := range sec.rows {
 			for i := range r {
-				r[i] = strings.ReplaceAll(r[i], "|", `\|`)
+				r[i] = mdCell(r[i])
 			}
 			fmt.Fprintf(b, "| %s |\n", strings.Join(r, " | "))
 		}
@@ -118,6 +118,18 @@ func writeSection(b *strings.Builder, sec section, md bool) {
 		fmt.Fprintf(tw, "  %s\n", strings.Join(r, "\t"))
 	}
 	tw.Flush()
+}
+
+// mdCell makes a log value safe in a Markdown table cell: numbers and
+// sizes as they are, anything else as a code span, so that a name a
+// sandbox chose ("<https://evil.example>", "**urgent**") renders as text,
+// never as a link, emphasis or HTML.
+func mdCell(v string) string {
+	if v == "" || strings.Trim(v, "0123456789. KMGTiB") == "" {
+		return v
+	}
+	v = strings.NewReplacer("`", "'", "|", "¦", "\n", " ", "\r", " ").Replace(v)
+	return "`" + v + "`"
 }
 
 // span formats a time range.

@@ -27,6 +27,7 @@ type Record struct {
 	Credential    string    `json:"credential"`
 	Alert         string    `json:"alert"`
 	Limit         string    `json:"limit"`
+	Intercepted   bool      `json:"intercepted"`
 	QName         string    `json:"dns.question.name"`
 	QType         string    `json:"dns.question.type"`
 }
@@ -142,6 +143,19 @@ func decode(line []byte, rec *Record) string {
 	}
 	if rec.Time.IsZero() {
 		return `no "time" field`
+	}
+	// Airlock never writes longer ones; a log that does is not Airlock's,
+	// and must not make a summary hold megabyte-long keys.
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"server.address", rec.Host, 255}, {"dns.question.name", rec.QName, 255}, {"sandbox", rec.Sandbox, 64},
+		{"reason", rec.Reason, 64}, {"credential", rec.Credential, 64}, {"alert", rec.Alert, 64}, {"limit", rec.Limit, 64},
+	} {
+		if len(f.v) > f.max {
+			return fmt.Sprintf("%q is longer than %d bytes", f.name, f.max)
+		}
 	}
 	return ""
 }

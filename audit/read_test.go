@@ -31,6 +31,7 @@ func TestReadCountsMalformedLinesAndGoesOn(t *testing.T) {
 		`{"time":"2026-11-29T21:59:47Z","event":"something.new"}`,
 		`{"time":"2026-11-29T21:59:47Z","event":"tunnel"`,
 		long,
+		`{"time":"2026-11-29T21:59:47Z","event":"tunnel","server.address":"` + strings.Repeat("h", 300) + `"}`,
 		good + "\r",
 		good, // no final newline
 	}, "\n")
@@ -38,8 +39,8 @@ func TestReadCountsMalformedLinesAndGoesOn(t *testing.T) {
 	if len(recs) != 3 || recs[0].Host != "x.test" || recs[0].Port != 443 || recs[0].Event != KindTunnel {
 		t.Fatalf("read %d records (%+v); want the 3 good ones", len(recs), recs)
 	}
-	if st.Lines != 10 || st.Malformed != 7 {
-		t.Errorf("stats %+v; want 10 lines, 7 malformed", st)
+	if st.Lines != 11 || st.Malformed != 8 {
+		t.Errorf("stats %+v; want 11 lines, 8 malformed", st)
 	}
 	want := []string{
 		"log:3: not a JSON object",

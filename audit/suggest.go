@@ -32,27 +32,31 @@ type SuggestOptions struct {
 
 // Suggester builds an allowlist policy from audit events, typically of
 // report mode: one allow rule per host and port that was reached
-// (decision allow or would_deny). It never suggests an internal address,
-// a host seen only in refused requests, or a host with a refusal or
-// alert that points at an attack (address_blocked, authority_mismatch,
-// tls_required, credential_host_mismatch, proxy_loop, any alert).
+// (decision allow or would_deny). It never suggests an internal address
+// or name, a host seen only in refused requests, a host a deny rule
+// names, or a host (on any port) with a refusal or alert that points at
+// an attack (address_blocked, authority_mismatch,
+// credential_host_mismatch, proxy_loop, any alert, DNS alerts included).
 // Names fold into "*.domain" only when at least FoldMin of them share a
 // registrable domain (never a public suffix) under which nothing was
-// refused.
+// refused and no DNS alert was raised.
 type Suggester struct {
 	opts      SuggestOptions
 	want      map[string]bool
 	sandboxes map[string]*suggestAcc
 	lines     int64
 	from, to  time.Time
+	keys      int      // distinct keys held, in every table of every sandbox
+	badNames  []string // sandboxes left out: their names cannot name a policy
 }
 
 type suggestAcc struct {
 	seen    map[hostKey]*seenHost
-	denied  map[hostKey]bool   // refused by the policy (not in report mode) at least once
-	l7      map[hostKey]int64  // requests refused by method or path rules
-	tainted map[hostKey]string // why the host must not be suggested
-	dropped int64              // hosts past MaxKeys
+	denied  map[hostKey]bool           // refused by the policy (not in report mode) at least once
+	l7      map[hostKey]int64          // requests refused by method or path rules
+	tainted map[string]map[string]bool // host (any port) -> why it must not be suggested
+	domains map[string]bool            // registrable domains with a DNS alert: never folded
+	dropped int64                      // hosts past MaxKeys
 }
 
 type seenHost struct {
@@ -77,14 +81,17 @@ func NewSuggester(opts SuggestOptions) *Suggester {
 	return z
 }
 
-// taintReasons are refusals that mark a host as a place the sandbox must
-// not be sent, whatever else it did there.
+// taintReasons are refusals that mark a host, on every port, as a place
+// the sandbox must not be sent, whatever else it did there: its name led
+// to an internal address (DNS rebinding), a TLS name that was not its own
+// (fronting), a credential's placeholder, or Airlock itself; or a deny
+// rule names it, which report mode logs as would_deny.
 var taintReasons = map[string]bool{
 	string(policy.AddressBlocked): true,
 	"authority_mismatch":          true,
-	"tls_required":                true,
 	"credential_host_mismatch":    true,
 	"proxy_loop":                  true,
+	string(policy.DeniedByRule):   true,
 }
 
 // hostReasons are refusals of the destination itself by the policy.
@@ -103,41 +110,63 @@ var l7Reasons = map[string]bool{
 	"path_not_canonical":            true,
 }
 
-// Add reads one record. DNS queries are not used: every host a sandbox
-// reached through the proxy has a request or tunnel line.
+// room reports whether one more key may be held.
+func (z *Suggester) room() bool {
+	if z.keys >= MaxKeys {
+		return false
+	}
+	z.keys++
+	return true
+}
+
+// Add reads one record. DNS queries matter only for their alerts: every
+// host a sandbox reached through the proxy has a request or tunnel line.
 func (z *Suggester) Add(r *Record) {
-	if r.Event == KindDNS || r.Time.Before(z.opts.Since) || (z.want != nil && !z.want[r.Sandbox]) {
+	if r.Time.Before(z.opts.Since) || (z.want != nil && !z.want[r.Sandbox]) {
 		return
 	}
 	a := z.sandboxes[r.Sandbox]
 	if a == nil {
-		if len(z.sandboxes) >= MaxKeys || !validSandboxName(r.Sandbox) {
+		if !policy.ValidName(r.Sandbox) {
+			if len(z.badNames) < 20 && !slices.Contains(z.badNames, r.Sandbox) {
+				z.badNames = append(z.badNames, r.Sandbox)
+			}
 			return
 		}
-		a = &suggestAcc{seen: map[hostKey]*seenHost{}, denied: map[hostKey]bool{}, l7: map[hostKey]int64{}, tainted: map[hostKey]string{}}
+		if !z.room() {
+			return
+		}
+		a = &suggestAcc{seen: map[hostKey]*seenHost{}, denied: map[hostKey]bool{}, l7: map[hostKey]int64{},
+			tainted: map[string]map[string]bool{}, domains: map[string]bool{}}
 		z.sandboxes[r.Sandbox] = a
 	}
 	z.lines++
 	widen(&z.from, &z.to, r.Time)
-	k := hostKey{r.Host, r.Port}
-	if r.Alert != "" || (r.Decision == "deny" && taintReasons[r.Reason]) {
-		if _, ok := a.tainted[k]; !ok && len(a.tainted) < MaxKeys {
-			why := r.Reason
-			if r.Alert != "" {
-				why = r.Alert
+	if r.Event == KindDNS {
+		if r.Alert != "" {
+			z.taint(a, r.QName, r.Alert)
+			if d, err := publicsuffix.EffectiveTLDPlusOne(strings.TrimSuffix(r.QName, ".")); err == nil && !a.domains[d] && z.room() {
+				a.domains[d] = true
 			}
-			a.tainted[k] = why
 		}
+		return
+	}
+	k := hostKey{r.Host, r.Port}
+	switch {
+	case r.Alert != "":
+		z.taint(a, r.Host, r.Alert)
+	case (r.Decision == "deny" || r.Decision == "would_deny") && taintReasons[r.Reason]:
+		z.taint(a, r.Host, r.Reason)
 	}
 	switch r.Decision {
 	case "deny":
 		if l7Reasons[r.Reason] {
-			if _, ok := a.l7[k]; ok || len(a.l7) < MaxKeys {
+			if _, ok := a.l7[k]; ok || z.room() {
 				a.l7[k]++
 			}
 			return
 		}
-		if hostReasons[r.Reason] && len(a.denied) < MaxKeys {
+		if hostReasons[r.Reason] && !a.denied[k] && z.room() {
 			a.denied[k] = true
 		}
 		return
@@ -150,7 +179,7 @@ func (z *Suggester) Add(r *Record) {
 	}
 	s := a.seen[k]
 	if s == nil {
-		if len(a.seen) >= MaxKeys {
+		if !z.room() {
 			a.dropped++
 			return
 		}
@@ -168,18 +197,26 @@ func (z *Suggester) Add(r *Record) {
 	widen(&s.first, &s.last, r.Time)
 }
 
-// validSandboxName reports whether name can be a policy and sandbox name
-// in the suggested file.
-func validSandboxName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
+// taint marks host (any port) as one never to suggest, for why.
+func (z *Suggester) taint(a *suggestAcc, host, why string) {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	m := a.tainted[host]
+	if m == nil {
+		if !z.room() {
+			return
 		}
+		m = map[string]bool{}
+		a.tainted[host] = m
 	}
-	return true
+	m[why] = true
+}
+
+// internalTLDs are top-level names that exist only inside networks
+// (RFC 6761, RFC 6762, RFC 8375, ICANN's .internal) or by custom: a
+// suggestion never allows a name under them, nor a single-label name.
+var internalTLDs = map[string]bool{
+	"internal": true, "local": true, "localhost": true, "localdomain": true, "lan": true,
+	"home": true, "corp": true, "intranet": true, "private": true, "arpa": true,
 }
 
 // rule is one suggested allow rule.
@@ -234,6 +271,9 @@ func (z *Suggester) WriteYAML(w io.Writer) error {
 		doc.HeadComment += fmt.Sprintf(", %s to %s", z.from.UTC().Format(time.RFC3339), z.to.UTC().Format(time.RFC3339))
 	}
 	doc.HeadComment += ".\nEach rule allows a host and port the log shows was reached; review it before use."
+	if len(z.badNames) > 0 {
+		doc.HeadComment += "\nLeft out: sandboxes whose names cannot name a policy: " + strings.Join(z.badNames, ", ")
+	}
 	doc.Content = append(doc.Content, str("policies"), policies)
 	if len(sandboxes) > 0 {
 		doc.Content = append(doc.Content, str("sandboxes"), &yaml.Node{Kind: yaml.SequenceNode, Content: sandboxes})
@@ -261,13 +301,13 @@ func (a *suggestAcc) rules(foldMin int) ([]rule, []string) {
 	excluded := map[string][]string{}
 	for k, s := range a.seen {
 		s.l7Denied = a.l7[k]
-		h, err := policy.ParseHost(k.host)
+		h, wildcard, err := policy.ParseHostPattern(k.host)
 		switch {
-		case err != nil || h.String() != k.host:
+		case err != nil || wildcard || h.String() != k.host:
 			excluded["not a canonical host"] = append(excluded["not a canonical host"], k.host)
 			continue
-		case h.IsLocalhost():
-			excluded["internal"] = append(excluded["internal"], k.host)
+		case h.IsLocalhost() || isInternalName(h):
+			excluded["internal name"] = append(excluded["internal name"], k.host)
 			continue
 		case h.IsIP():
 			if why, special := policy.ClassifySpecial(h.Addr()); special {
@@ -275,7 +315,8 @@ func (a *suggestAcc) rules(foldMin int) ([]rule, []string) {
 				continue
 			}
 		}
-		if why, ok := a.tainted[k]; ok {
+		if whys, ok := a.tainted[k.host]; ok {
+			why := strings.Join(slices.Sorted(maps.Keys(whys)), ", ")
 			excluded[why] = append(excluded[why], fmt.Sprintf("%s:%d", k.host, k.port))
 			continue
 		}
@@ -331,13 +372,27 @@ func (a *suggestAcc) foldable(domain string, port uint16) bool {
 			return false
 		}
 	}
-	for k := range a.tainted {
-		if k.host == domain || strings.HasSuffix(k.host, "."+domain) {
+	if a.domains[domain] {
+		return false
+	}
+	for host := range a.tainted {
+		if host == domain || strings.HasSuffix(host, "."+domain) {
 			return false
 		}
 	}
 	_, err := policy.Parse("<suggestion>", fmt.Appendf(nil, "policies: {default: {allow: [{host: \"*.%s\", ports: [%d]}]}}\n", domain, port))
 	return err == nil
+}
+
+// isInternalName reports whether h is a name that exists only inside
+// networks: a single label ("metadata"), or under internalTLDs.
+func isInternalName(h policy.Host) bool {
+	name := h.Name()
+	if name == "" {
+		return false
+	}
+	i := strings.LastIndexByte(name, '.')
+	return i < 0 || internalTLDs[name[i+1:]]
 }
 
 func (s *seenHost) merge(o *seenHost) {

@@ -37,7 +37,7 @@ func decide(t *testing.T, cfg *policy.Config, sandbox, host string, port uint16)
 	if !ok {
 		t.Fatalf("no sandbox %s in the suggestion", sandbox)
 	}
-	h, err := policy.ParseHost(host)
+	h, _, err := policy.ParseHostPattern(host) // takes IPv6 without brackets, as logs write it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +165,58 @@ func TestSuggestIsDeterministic(t *testing.T) {
 		rand.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
 		if again, _ := suggest(t, SuggestOptions{}, recs); again != first {
 			t.Fatalf("shuffled input, different output:\n%s\n---\n%s", first, again)
+		}
+	}
+}
+
+// What an attack on suggest found: each of these must stay out.
+func TestSuggestLeavesOutDeniedTaintedAndInternalNames(t *testing.T) {
+	dns := func(name, alert string, at int) Record {
+		return Record{Time: time.Date(2026, 11, 29, 10, 0, at, 0, time.UTC), Event: KindDNS, Sandbox: "default",
+			Decision: "deny", Reason: "domain_quota", QName: name, Alert: alert}
+	}
+	recs := []Record{
+		// A deny rule, let through by report mode.
+		rec("default", "would_deny", "denied_by_rule", "secret.example", 443, 1),
+		// A rebinding host refused on one port, reached on another.
+		rec("default", "deny", "address_blocked", "rebind.example", 443, 2),
+		rec("default", "allow", "allowed", "rebind.example", 80, 3),
+		// A DNS alert under a domain, and names reached under it.
+		dns("mzxw6ytboi.attacker.example", "dns_exfiltration", 4),
+		rec("default", "allow", "allowed", "mzxw6ytboi.attacker.example", 443, 5),
+		// Names that exist only inside networks.
+		rec("default", "allow", "allowed", "metadata", 80, 6),
+		rec("default", "allow", "allowed", "metadata.google.internal", 80, 7),
+		rec("default", "allow", "allowed", "printer.lan", 80, 8),
+		rec("default", "allow", "allowed", "router.home.arpa", 80, 9),
+		// An IPv6 literal, as Airlock logs it (no brackets): suggested.
+		rec("default", "allow", "allowed", "2606:4700::6810:84e5", 443, 10),
+		// Sandboxes a policy cannot be named after.
+		rec("Agent.1", "allow", "allowed", "ok.example", 443, 11),
+		rec("-x", "allow", "allowed", "ok.example", 443, 12),
+	}
+	for i := range 6 {
+		recs = append(recs, rec("default", "would_deny", "host_not_allowed", fmt.Sprintf("n%d.attacker.example", i), 443, 20+i))
+	}
+	out, cfg := suggest(t, SuggestOptions{}, recs)
+	for _, h := range []struct {
+		host string
+		port uint16
+	}{
+		{"secret.example", 443}, {"rebind.example", 80}, {"mzxw6ytboi.attacker.example", 443}, {"other.attacker.example", 443},
+		{"metadata", 80}, {"metadata.google.internal", 80}, {"printer.lan", 80}, {"router.home.arpa", 80},
+	} {
+		if decide(t, cfg, "default", h.host, h.port) {
+			t.Errorf("%s:%d is suggested:\n%s", h.host, h.port, out)
+		}
+	}
+	if !decide(t, cfg, "default", "2606:4700::6810:84e5", 443) {
+		t.Errorf("an IPv6 literal that was reached is not suggested:\n%s", out)
+	}
+	for _, want := range []string{"left out (denied_by_rule): secret.example:443", "left out (address_blocked): rebind.example:80",
+		"left out (dns_exfiltration): mzxw6ytboi.attacker.example:443", "left out (internal name)", "names cannot name a policy: Agent.1, -x"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no note %q:\n%s", want, out)
 		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// MaxKeys bounds each table of a summary (hosts, denials, ...) per
-// sandbox: past it, new keys are counted under the host "(other)". A
+// MaxKeys bounds the distinct keys (sandboxes, hosts, denials, ...) a
+// summary or a suggestion holds, all tables of all sandboxes together:
+// past it, new keys are counted under the host "(other)" (a summary) or
+// left out (a suggestion). With Read's caps on the length of names, a
 // summary's memory grows with the number of distinct hosts, never with
 // the size of the log, and a log full of random names cannot exhaust it.
-const MaxKeys = 100_000
+const MaxKeys = 200_000
 
 // OtherHost is the host under which keys past MaxKeys are counted.
 const OtherHost = "(other)"
@@ -82,6 +84,7 @@ type Summarizer struct {
 	want      map[string]bool
 	sum       Summary
 	sandboxes map[string]*sandboxAcc
+	keys      int // distinct keys held, in every table of every sandbox
 }
 
 type hostKey struct {
@@ -131,9 +134,10 @@ func (z *Summarizer) Add(r *Record) {
 	}
 	a := z.sandboxes[r.Sandbox]
 	if a == nil {
-		if len(z.sandboxes) >= MaxKeys {
+		if z.keys >= MaxKeys {
 			return
 		}
+		z.keys++
 		a = &sandboxAcc{s: SandboxSummary{Sandbox: r.Sandbox, From: r.Time, To: r.Time},
 			hosts: map[hostKey]*HostSummary{}, denials: map[countKey]int64{}, wouldDeny: map[countKey]int64{},
 			creds: map[countKey]int64{}, dns: map[countKey]int64{}, alerts: map[countKey]int64{}, q: map[countKey]int64{}}
@@ -142,19 +146,19 @@ func (z *Summarizer) Add(r *Record) {
 	widen(&z.sum.From, &z.sum.To, r.Time)
 	widen(&a.s.From, &a.s.To, r.Time)
 	if r.Limit != "" {
-		add(a.q, countKey{key: r.Limit})
+		z.add(a.q, countKey{key: r.Limit})
 	}
 	if r.Alert != "" {
 		host := r.Host
 		if r.Event == KindDNS {
 			host = r.QName
 		}
-		add(a.alerts, countKey{key: r.Alert, host: host})
+		z.add(a.alerts, countKey{key: r.Alert, host: host})
 	}
 	if r.Event == KindDNS {
 		a.s.DNSQueries++
 		if r.Decision == "deny" {
-			add(a.dns, countKey{key: r.Reason, host: r.QName})
+			z.add(a.dns, countKey{key: r.Reason, host: r.QName})
 		}
 		return
 	}
@@ -164,21 +168,23 @@ func (z *Summarizer) Add(r *Record) {
 		a.s.Requests++
 	}
 	if r.Credential != "" && r.Decision == "allow" {
-		add(a.creds, countKey{key: r.Credential})
+		z.add(a.creds, countKey{key: r.Credential})
 	}
 	switch r.Decision {
 	case "deny":
-		add(a.denials, countKey{key: r.Reason, host: r.Host, port: r.Port})
+		z.add(a.denials, countKey{key: r.Reason, host: r.Host, port: r.Port})
 		return
 	case "would_deny":
-		add(a.wouldDeny, countKey{key: r.Reason, host: r.Host, port: r.Port})
+		z.add(a.wouldDeny, countKey{key: r.Reason, host: r.Host, port: r.Port})
 	}
 	k := hostKey{r.Host, r.Port}
 	h := a.hosts[k]
 	if h == nil {
-		if len(a.hosts) >= MaxKeys {
+		if z.keys >= MaxKeys {
 			k = hostKey{host: OtherHost}
 			h = a.hosts[k]
+		} else {
+			z.keys++
 		}
 		if h == nil {
 			h = &HostSummary{Host: k.host, Port: k.port, Status: map[string]int64{}}
@@ -193,8 +199,12 @@ func (z *Summarizer) Add(r *Record) {
 	if r.Decision == "would_deny" {
 		h.WouldDeny++
 	}
-	h.BytesSent += r.BytesSent
-	h.BytesReceived += r.BytesReceived
+	if !(r.Intercepted && r.Event == KindRequest) {
+		// A request inside an intercepted tunnel moved bytes its tunnel's
+		// line counts (as TLS records): count them once.
+		h.BytesSent += r.BytesSent
+		h.BytesReceived += r.BytesReceived
+	}
 	if c := r.Status / 100; c >= 1 && c <= 5 {
 		h.Status[string(rune('0'+c))+"xx"]++
 	}
@@ -209,10 +219,15 @@ func widen(from, to *time.Time, t time.Time) {
 	}
 }
 
-// add counts k, folding it into OtherHost once m holds MaxKeys keys.
-func add(m map[countKey]int64, k countKey) {
-	if _, ok := m[k]; !ok && len(m) >= MaxKeys {
-		k.host, k.port = OtherHost, 0
+// add counts k, folding it into OtherHost once the summary holds MaxKeys
+// keys.
+func (z *Summarizer) add(m map[countKey]int64, k countKey) {
+	if _, ok := m[k]; !ok {
+		if z.keys >= MaxKeys {
+			k.host, k.port = OtherHost, 0
+		} else {
+			z.keys++
+		}
 	}
 	m[k]++
 }

@@ -102,7 +102,7 @@ func TestSummaryFormats(t *testing.T) {
 	s := summarize(t, SummaryOptions{})
 	for format, want := range map[string][]string{
 		FormatTable:    {"SANDBOX default", "deb.debian.org    80    2         0", "5.1 KiB", "credential_host_mismatch  api.github.com:443", "malformed: recorded.jsonl:6:"},
-		FormatMarkdown: {"## Sandbox default", "| deb.debian.org | 80 | 2 | 0 | 0 B | 5.1 KiB | 1 | 0 | 1 | 0 | 0 |", "### Alerts"},
+		FormatMarkdown: {"## Sandbox default", "| `deb.debian.org` | 80 | 2 | 0 | 0 B | 5.1 KiB | 1 | 0 | 1 | 0 | 0 |", "### Alerts"},
 		FormatJSON:     {`"bytes_received": 5220`, `"sandbox": "agent-1"`},
 	} {
 		var b bytes.Buffer
@@ -131,8 +131,10 @@ func TestSummaryTablesAreBounded(t *testing.T) {
 	}
 	s := z.Summary()
 	refusals := s.Sandboxes[0].DNSRefusals
-	if len(refusals) != MaxKeys+1 || refusals[0].Host != OtherHost || refusals[0].Count != 10 {
-		t.Errorf("%d rows, first %+v; want %d rows with the 10 past the cap under %s", len(refusals), refusals[0], MaxKeys+1, OtherHost)
+	// The sandbox is one key; the names fill the rest, and the 11 past the
+	// cap are counted under (other).
+	if len(refusals) != MaxKeys || refusals[0].Host != OtherHost || refusals[0].Count != 11 {
+		t.Errorf("%d rows, first %+v; want %d rows with the 11 past the cap under %s", len(refusals), refusals[0], MaxKeys, OtherHost)
 	}
 }
 
@@ -143,5 +145,30 @@ func itoa(i int) string {
 		if i /= 10; i == 0 {
 			return string(b)
 		}
+	}
+}
+
+// A name a sandbox chose is text in Markdown, never a link or markup.
+func TestMarkdownCellsCannotCarryMarkup(t *testing.T) {
+	z := NewSummarizer(SummaryOptions{})
+	z.Add(&Record{Time: time.Now(), Event: KindDNS, Sandbox: "a", Decision: "deny", Reason: "host_not_allowed",
+		QName: "<https://evil.example/approve>|**urgent**`x`"})
+	var b bytes.Buffer
+	WriteSummary(&b, z.Summary(), FormatMarkdown)
+	if !strings.Contains(b.String(), "| `<https://evil.example/approve>¦**urgent**'x'` | 1 |") {
+		t.Errorf("the hostile name is not a plain code span:\n%s", b.String())
+	}
+}
+
+// An intercepted tunnel's bytes are counted once: from its tunnel line,
+// not again from the requests inside it.
+func TestInterceptedBytesAreCountedOnce(t *testing.T) {
+	z := NewSummarizer(SummaryOptions{})
+	now := time.Now()
+	z.Add(&Record{Time: now, Event: KindRequest, Sandbox: "a", Decision: "allow", Host: "h.example", Port: 443, Intercepted: true, BytesReceived: 1000, Status: 200})
+	z.Add(&Record{Time: now, Event: KindTunnel, Sandbox: "a", Decision: "allow", Host: "h.example", Port: 443, Intercepted: true, BytesReceived: 1100, Status: 200})
+	h := z.Summary().Sandboxes[0].Hosts[0]
+	if h.BytesReceived != 1100 || h.Requests != 1 || h.Tunnels != 1 {
+		t.Errorf("%+v; want 1100 bytes (the tunnel's), 1 request, 1 tunnel", h)
 	}
 }

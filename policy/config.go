@@ -76,6 +76,11 @@ func Parse(filename string, data []byte) (*Config, error) {
 
 var policyName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// ValidName reports whether name can name a policy or a sandbox: 1 to 63
+// lower-case letters, digits, '-' and '_', starting with a letter or
+// digit.
+func ValidName(name string) bool { return policyName.MatchString(name) }
+
 // validate applies defaults and checks what single nodes cannot: references
 // between sections and keys that later versions will implement.
 func (c *Config) validate(d *decoder) {

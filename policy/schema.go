@@ -594,6 +594,7 @@ var multiTenantDomains = []string{
 	"cloudflarestorage.com", "r2.dev", "workers.dev", "pages.dev",
 	"digitaloceanspaces.com", "backblazeb2.com", "wasabisys.com", "herokuapp.com",
 	"vercel.app", "netlify.app", "fly.dev", "onrender.com", "ngrok.io", "ngrok-free.app",
+	"firebaseio.com", "nip.io", "sslip.io", // nip.io, sslip.io: a name for every IP address
 }
 
 // multiTenantParent returns the multi-tenant domain name is at or below.

@@ -126,9 +126,10 @@ func newAuditSuggestCmd() *cobra.Command {
 		Long: `Print a policy (YAML, accepted by 'airlock policy check') built from audit logs,
 typically of report mode: one allow rule per host and port that was reached
 (allowed, or would_deny in report mode), with a comment giving counts and when it
-was first and last seen. Never an internal address, never a host seen only in
-refused requests, never a host with an address_blocked, authority_mismatch,
-tls_required, credential_host_mismatch or proxy_loop refusal or an alert. Names
+was first and last seen. Never an internal address or name, never a host seen
+only in refused requests or named by a deny rule, never a host (on any port)
+with an address_blocked, authority_mismatch, credential_host_mismatch or
+proxy_loop refusal or an alert, DNS alerts included. Names
 fold into a *.domain rule only when --fold-min of them share a registrable domain
 (never a public suffix or a multi-tenant cloud domain) under which nothing was
 refused. The output is sorted: the same logs give the same file.
