@@ -273,9 +273,17 @@ func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, lt *li
 		var n int64
 		var err error
 		if srcTCP != nil {
-			// *net.TCPConn -> *net.TCPConn through a LimitedReader keeps
-			// the splice path (see net.TCPConn.ReadFrom).
-			n, err = io.Copy(dst, &io.LimitedReader{R: srcTCP, N: step})
+			// Wait for bytes without holding a splice pipe, then move
+			// what is queued: *net.TCPConn -> *net.TCPConn through a
+			// LimitedReader keeps the splice path (net.TCPConn.ReadFrom).
+			var queued int
+			if queued, err = waitReadable(srcTCP); err == nil {
+				if queued == 0 {
+					queued = 1 // EOF: let the copy see it
+				}
+				step = min(step, int64(queued))
+				n, err = io.Copy(dst, &io.LimitedReader{R: srcTCP, N: step})
+			}
 		} else {
 			n, err = io.Copy(dst, io.LimitReader(src, step))
 		}
