@@ -163,7 +163,10 @@ func (d *dialer) dial(ctx context.Context, cfg *policy.Config, h policy.Host, po
 	if err != nil {
 		return nil, err
 	}
-	nd := net.Dialer{Timeout: d.timeout, Control: d.control(cfg.AddressRules())}
+	// No TCP keep-alive probes: idle_timeout ends idle connections and
+	// tunnels long before they would find a dead peer, and leaving them
+	// off spares each dial its setsockopt calls.
+	nd := net.Dialer{Timeout: d.timeout, KeepAlive: -1, Control: d.control(cfg.AddressRules())}
 	var lastErr error
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a, port)

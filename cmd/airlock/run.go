@@ -187,7 +187,9 @@ func run(ctx context.Context, cfg *policy.Config, listen, stateDir string, rl *r
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", listen)
+	// No TCP keep-alive probes on client connections either: idle_timeout
+	// and header_timeout end them.
+	ln, err := (&net.ListenConfig{KeepAlive: -1}).Listen(ctx, "tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (set another address with --listen or listen.proxy)", listen, err)
 	}
