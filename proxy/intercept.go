@@ -211,7 +211,7 @@ func (s *Server) innerRequest(r *http.Request, ctx *goproxy.ProxyCtx, ts *tunnel
 	}
 	rctx, cancel := context.WithCancel(r.Context())
 	st.cancel = cancel // called when the response is done (auditInner) or the upstream idles
-	r = r.WithContext(context.WithValue(rctx, configKey{}, cfg))
+	r = r.WithContext(withPeerTrace(context.WithValue(rctx, configKey{}, cfg), ev))
 	r.Trailer = nil // never forwarded: they come after the body, after every check
 	ctx.Req = r
 	ctx.RoundTripper = goproxy.RoundTripperFunc(s.roundTrip)

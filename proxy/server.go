@@ -539,6 +539,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	st.cancel = cancel
 	ctx = context.WithValue(ctx, configKey{}, cfg)
 	ctx = context.WithValue(ctx, stateKey{}, st)
+	ctx = withPeerTrace(ctx, ev) // here, not in roundTrip: one request copy fewer
 	fwd := r.WithContext(ctx)
 	// Request trailers are never forwarded: they come after the body,
 	// after every check. (Set on the copy: net/http fills the original's
@@ -627,8 +628,7 @@ func (s *Server) roundTrip(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response
 		st = &reqState{ev: new(audit.Event)}
 	}
 	ev := st.ev
-	r = r.WithContext(withPeerTrace(r.Context(), ev))
-	resp, err := s.tr.RoundTrip(r)
+	resp, err := s.tr.RoundTrip(r) // the context carries withPeerTrace (serveHTTP, innerRequest)
 	if err == nil {
 		st.fromUpstream = true
 		return resp, nil
