@@ -1,12 +1,15 @@
 // Package audit writes Airlock's audit log: one JSON object per line, one
-// line per HTTP request and one per CONNECT tunnel (written when it closes).
+// line per HTTP request and one per CONNECT tunnel (written when it closes);
+// and reads it back (read.go): summaries per sandbox (summary.go) and
+// policies suggested from what was reached (suggest.go).
 //
 // Field names follow the OpenTelemetry semantic conventions where one
 // exists (client.address, http.request.method, url.scheme, server.address,
 // server.port, url.path, url.query, http.response.status_code,
 // network.peer.address, error.type); the rest are Airlock's own (event,
 // sandbox, decision, reason, rule, intercepted, bytes_sent, bytes_received,
-// duration_ms, close_reason, credential, alert, severity). The package writes only what an Event holds: it never sees
+// duration_ms, close_reason, limit, credential, alert, severity). The
+// package writes only what an Event holds: it never sees
 // headers, so no credential, placeholder or session token can reach a line.
 // Query strings are reduced to their keys by QueryKeys, and path parameters
 // removed by Path, before they get here.

@@ -4,7 +4,10 @@
 // For every request it identifies the sandbox: the one a session token in
 // Proxy-Authorization names (broker.SessionVerifier), else the one the
 // client's address maps to (policy.Config.SandboxFor); a token that does
-// not verify, or none when auth.required, is answered 407. It then checks the request's form, and decides on the canonical host and port
+// not verify, or none when auth.required, is answered 407. It then holds
+// the request to the sandbox's limits (header size, byte quotas, request
+// rate, connections; quota.go: 429, 413 or 431, reason quota_exceeded),
+// checks the request's form, and decides on the canonical host and port
 // (policy.Config.Decide) before any DNS lookup, so a denied name never
 // reaches a resolver. Then:
 //
@@ -29,6 +32,10 @@
 // (broker): a placeholder out of place refuses the request with an alert;
 // the rule's credential is injected (or the request refused, 502, if it
 // cannot be had); injected values are masked in the response.
+//
+// Open tunnels are registered (reload.go): a reload judges each again for
+// the sandbox that opened it, closes those no longer allowed, and gives
+// the others the sandbox's new limits, which tunnels read at every step.
 //
 // A refusal answers 403 with a plain-text body for the agent and the
 // X-Airlock-Decision header; an upstream failure answers 502 without
