@@ -22,6 +22,12 @@ func waitReadable(c *net.TCPConn) (int, error) {
 	var n int
 	var opErr error
 	err = rc.Read(func(fd uintptr) bool {
+		// Bytes queued already (a busy tunnel): one system call.
+		if q, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ); e == nil && q > 0 {
+			n = q
+			return true
+		}
+		// None: tell "wait" from EOF or an error without taking a byte.
 		var b [1]byte
 		m, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {
