@@ -279,6 +279,24 @@ func (s *Server) answer(req *dns.Msg, cfg *policy.Config, sb *policy.Sandbox, cl
 		ev.Decision, ev.Reason = "allow", string(policy.Allowed)
 		return synthetic(req, q, cfg.DNS.Answer)
 	}
+	if addrs, ok := cfg.StaticHost(h); ok && service == 0 {
+		// network.hosts pins the name for the proxy: the sandbox gets the
+		// same addresses, and no resolver is asked. The address rules
+		// apply as to any answer.
+		for _, a := range addrs {
+			if cfg.AddressRules().Check(a) != nil {
+				ev.Reason = reasonRebinding
+				m := reply(req, dns.RcodeSuccess)
+				addEDE(m, dns.ExtendedErrorCodeBlocked, "Airlock: the answer held a blocked address")
+				return m
+			}
+		}
+		ev.Decision, ev.Reason = "allow", string(policy.Allowed)
+		if wouldDeny {
+			ev.Decision, ev.Reason = "would_deny", string(d.Reason)
+		}
+		return static(req, q, addrs)
+	}
 	upstart := time.Now()
 	up, cached, err := s.cache.Resolve(q, upstart, func() (*dns.Msg, error) { return s.forward(q) })
 	if !cached {
@@ -435,9 +453,18 @@ func hints(r *dns.SVCB) []net.IP {
 // synthetic answers A and AAAA with the configured addresses of Airlock;
 // other types get an empty NOERROR.
 func synthetic(req *dns.Msg, q dns.Question, answer []policy.Prefix) *dns.Msg {
+	addrs := make([]netip.Addr, len(answer))
+	for i, p := range answer {
+		addrs[i] = p.Addr()
+	}
+	return static(req, q, addrs)
+}
+
+// static answers A and AAAA with a name's network.hosts addresses, and
+// any other type with no records.
+func static(req *dns.Msg, q dns.Question, addrs []netip.Addr) *dns.Msg {
 	m := reply(req, dns.RcodeSuccess)
-	for _, p := range answer {
-		a := p.Addr()
+	for _, a := range addrs {
 		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: 60}
 		switch {
 		case q.Qtype == dns.TypeA && a.Is4():

@@ -504,3 +504,35 @@ func TestReportModeAnswersDeniedNamesButStillFiltersAddresses(t *testing.T) {
 		t.Errorf("no would_deny line:\n%s", log.String())
 	}
 }
+
+// A name network.hosts pins is answered with those addresses, as the
+// proxy would dial them, and no resolver is asked; a pinned address the
+// address rules block is filtered like any answer.
+func TestStaticHostsAreAnsweredWithoutAskingUpstream(t *testing.T) {
+	up := newUpstream(t, "api.allowed.test. 60 IN A 203.0.113.99")
+	addr := startFilter(t, `
+network:
+  allow_cidrs: [203.0.113.7/32]
+  hosts: {api.allowed.test: [203.0.113.7, "2001:4860::8888"], pinned.wild.test: 10.1.2.3}
+policies:
+  default:
+    allow:
+      - host: api.allowed.test
+      - host: "*.wild.test"
+`, up)
+	r := ask(t, addr, "api.allowed.test", dns.TypeA, "udp", true)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "203.0.113.7" {
+		t.Errorf("A for a pinned name: %v; want network.hosts' 203.0.113.7", r.Answer)
+	}
+	r = ask(t, addr, "api.allowed.test", dns.TypeAAAA, "udp", true)
+	if len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != "2001:4860::8888" {
+		t.Errorf("AAAA for a pinned name: %v", r.Answer)
+	}
+	r = ask(t, addr, "pinned.wild.test", dns.TypeA, "udp", true)
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 {
+		t.Errorf("a pinned name with a blocked address: %s %v; want an empty answer", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+	if n := len(up.asked()); n != 0 {
+		t.Errorf("the upstream was asked %d times for pinned names", n)
+	}
+}
