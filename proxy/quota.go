@@ -152,7 +152,8 @@ func (d direction) cap(sb *policy.Sandbox) int64 {
 // fixed: one starts when a sandbox with a byte cap is first seen after
 // the last one ended. Bytes are counted as they move, so transfers that
 // run side by side can together overshoot a cap by what they move in one
-// step each (at most 1 MiB per tunnel direction; one write for HTTP).
+// step each (at most cappedStep, 64 KiB, per tunnel direction; one write
+// for HTTP).
 type byteQuotas struct {
 	mu sync.Mutex
 	m  map[string]*byteWindow

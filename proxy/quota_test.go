@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"crypto/tls"
 	"math"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,5 +247,45 @@ func TestStalledResponseIsCutOffVisibly(t *testing.T) {
 	resp.Body.Close()
 	if err == nil {
 		t.Errorf("a response cut off by idle_timeout read as complete: %d %q", resp.StatusCode, b)
+	}
+}
+
+// Tunnels running side by side overshoot a byte cap by at most one
+// capped step (64 KiB) each.
+func TestParallelTunnelsOvershootAByteCapByOneStepEach(t *testing.T) {
+	up, pool := tlsUpstream(t)
+	addr, _ := startProxy(t, fmt.Sprintf(`
+network:
+  allow_cidrs: [127.0.0.1/32]
+  hosts: {allowed.test: 127.0.0.1}
+limits: {max_bytes_received: 1MiB, bytes_window: 1h}
+policies:
+  default:
+    allow:
+      - host: allowed.test
+        ports: [%d]
+`, up.Port()))
+	const tunnels = 16
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range tunnels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pu, _ := url.Parse("http://" + addr)
+			c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			resp, err := c.Get(fmt.Sprintf("https://allowed.test:%d/bytes?n=%d", up.Port(), 4<<20))
+			if err != nil {
+				return
+			}
+			n, _ := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			total.Add(n)
+		}()
+	}
+	wg.Wait()
+	// TLS adds a few per cent to the bodies the clients count.
+	if limit := int64(1<<20 + tunnels*64<<10); total.Load() > limit {
+		t.Errorf("%d tunnels received %d body bytes against a 1 MiB cap; want at most %d", tunnels, total.Load(), limit)
 	}
 }

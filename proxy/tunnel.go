@@ -163,6 +163,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, cfg *polic
 // clock is consulted again.
 const tunnelChunk = 1 << 20
 
+// cappedStep is the most one step moves for a sandbox with a byte quota
+// in that direction.
+const cappedStep = 64 << 10
+
 // pipe registers lt (its sandbox sb to begin with) with Reload, writes
 // replay upstream, then copies between client and upstream until both
 // directions finish, the tunnel has been idle for the sandbox's
@@ -259,6 +263,12 @@ func copyIdle(dst, src net.Conn, srcTCP *net.TCPConn, last *atomic.Int64, lt *li
 		sb := lt.sandbox()
 		idle, quota := sb.IdleTimeout, meter{q, sb, dir}
 		step := min(int64(tunnelChunk), quota.room())
+		if dir.cap(sb) > 0 {
+			// Bytes are charged after each step: smaller steps keep what
+			// tunnels running side by side can overshoot a cap by to
+			// cappedStep each.
+			step = min(step, cappedStep)
+		}
 		if step == 0 {
 			dst.Close()
 			src.Close()
