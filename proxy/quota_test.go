@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
-	"crypto/tls"
 	"math"
 	"net"
 	"net/http"
