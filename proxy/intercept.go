@@ -425,26 +425,32 @@ func (c *watchedConn) closeBecause(why, limit string) error {
 	return err
 }
 
-// idleBody cancels the upstream request when a read of the response body
-// waits longer than idle: an upstream that stops sending must not hold
-// the client's connection forever.
+// idleBody cancels the upstream request, and sets idled, when a read of
+// the response body waits longer than idle: an upstream that stops
+// sending must not hold the client's connection forever.
 type idleBody struct {
 	io.ReadCloser
 	idle   time.Duration
 	timer  *time.Timer
 	cancel context.CancelFunc
+	idled  *atomic.Bool
 }
 
-func newIdleBody(rc io.ReadCloser, idle time.Duration, cancel context.CancelFunc) io.ReadCloser {
+func newIdleBody(rc io.ReadCloser, idle time.Duration, cancel context.CancelFunc, idled *atomic.Bool) io.ReadCloser {
 	if rc == nil || rc == http.NoBody || idle <= 0 {
 		return rc
 	}
-	return &idleBody{ReadCloser: rc, idle: idle, cancel: cancel}
+	return &idleBody{ReadCloser: rc, idle: idle, cancel: cancel, idled: idled}
+}
+
+func (b *idleBody) expire() {
+	b.idled.Store(true)
+	b.cancel()
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
 	if b.timer == nil {
-		b.timer = time.AfterFunc(b.idle, b.cancel)
+		b.timer = time.AfterFunc(b.idle, b.expire)
 	} else {
 		b.timer.Reset(b.idle)
 	}

@@ -229,6 +229,10 @@ type meter struct {
 	dir direction
 }
 
+// capped reports whether m's direction has a cap (so that callers skip
+// measuring what they would charge).
+func (m meter) capped() bool { return m.q != nil && m.dir.cap(m.sb) > 0 }
+
 func (m meter) room() int64 {
 	if m.q == nil {
 		return math.MaxInt64

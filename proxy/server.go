@@ -162,9 +162,11 @@ func New(cfg *policy.Config, opts Options) (*Server, error) {
 func (s *Server) response(resp *http.Response, ctx *goproxy.ProxyCtx, st *reqState) *http.Response {
 	removeHopByHop(resp.Header)
 	if st != nil && st.fromUpstream {
-		st.recvQuota.charge(responseHeaderSize(resp))
+		if st.recvQuota.capped() {
+			st.recvQuota.charge(responseHeaderSize(resp))
+		}
 		if st.cancel != nil {
-			resp.Body = newIdleBody(resp.Body, st.idle, func() { st.idled.Store(true); st.cancel() })
+			resp.Body = newIdleBody(resp.Body, st.idle, st.cancel, &st.idled)
 		}
 	}
 	if st != nil && st.inj != nil {
@@ -516,7 +518,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request, cfg *policy.C
 	removeHopByHop(r.Header)
 	// Headers count toward the byte quota as bodies do: a sandbox must not
 	// carry data out in them for free.
-	s.bytes.charge(sb, dirSent, headerSize(r))
+	if sb.MaxBytesSent > 0 {
+		s.bytes.charge(sb, dirSent, headerSize(r))
+	}
 	if ref := bodyTooLarge(r, sb); ref != nil {
 		ev.Decision, ev.Reason, ev.Limit = "deny", ref.reason, "max_request_body"
 		writeDecision(cw, ref.status, ref.reason, ref.body)
