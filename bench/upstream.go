@@ -1,15 +1,8 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlockhq/airlock/certs"
 )
 
 // The upstream runs in a process of its own (bench -upstream DIR), so that
@@ -31,17 +26,24 @@ import (
 //	/stream?n=N N bytes, written 256 KiB at a time
 //	/stats      "CONNS" : connections accepted so far (HTTP and HTTPS)
 func serveUpstream(dir string) error {
-	certPEM, keyPEM, err := selfSigned()
+	// A throwaway CA of Airlock's own kind (package certs), and a leaf
+	// for 127.0.0.1 from it; clients and Airlock trust upstream-ca.pem.
+	certPath, keyPath, _, err := certs.Init(filepath.Join(dir, "upstream-ca"))
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "upstream-ca.pem"), certPEM, 0o644); err != nil {
-		return err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	ca, err := certs.Load(certPath, keyPath, 0)
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "upstream-ca.pem"), ca.CertPEM(), 0o644); err != nil {
+		return err
+	}
+	leaf, err := ca.Leaf("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	cert := *leaf
 	var conns atomic.Int64
 	block := make([]byte, 256<<10)
 	for i := range block {
@@ -99,34 +101,4 @@ func serveUpstream(dir string) error {
 	go ds.ActivateAndServe()
 	fmt.Printf("%d %d %d\n", hl.Addr().(*net.TCPAddr).Port, tl.Addr().(*net.TCPAddr).Port, pc.LocalAddr().(*net.UDPAddr).Port)
 	select {}
-}
-
-// selfSigned returns a certificate for 127.0.0.1 (and bench.test), its
-// own issuer.
-func selfSigned() (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "airlock bench upstream"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:              []string{"bench.test"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), nil
 }
