@@ -77,20 +77,35 @@ func loadHTTP(c *http.Client, rawURL string, conc int, d time.Duration, onRun fu
 	}
 	wg.Wait()
 
+	s := measure(conc, d, onRun, func() func() (int64, error) { return get })
+	c.CloseIdleConnections()
+	return s
+}
+
+// measure runs conc workers for d, each doing op (made once per worker by
+// newOp; nil: the worker could not start) back to back, and records each
+// op's latency and bytes; onRun is called when measuring starts, and what
+// it returns when it ends.
+func measure(conc int, d time.Duration, onRun func() func(*sample), newOp func() func() (int64, error)) sample {
 	finish := onRun()
 	var s sample
 	var mu sync.Mutex
+	var wg sync.WaitGroup
 	start := time.Now()
 	stop := start.Add(d)
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			op := newOp()
+			if op == nil {
+				return
+			}
 			var lat []time.Duration
 			var n, errs, bytes int64
 			for time.Now().Before(stop) {
 				t0 := time.Now()
-				b, err := get()
+				b, err := op()
 				if err != nil {
 					errs++
 					continue
@@ -110,7 +125,6 @@ func loadHTTP(c *http.Client, rawURL string, conc int, d time.Duration, onRun fu
 	wg.Wait()
 	s.elapsed = time.Since(start)
 	finish(&s)
-	c.CloseIdleConnections()
 	return s
 }
 
@@ -119,51 +133,36 @@ func loadHTTP(c *http.Client, rawURL string, conc int, d time.Duration, onRun fu
 // (forwarded).
 func loadDNS(addr string, conc int, d time.Duration, fresh bool, onRun func() func(*sample)) sample {
 	var seq atomic.Int64
-	finish := onRun()
-	var s sample
+	var conns []net.Conn
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
-			conn, err := c.Dial(addr)
-			if err != nil {
-				return
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	return measure(conc, d, onRun, func() func() (int64, error) {
+		c := &dns.Client{Net: "udp", Timeout: 2 * time.Second}
+		conn, err := c.Dial(addr)
+		if err != nil {
+			return nil
+		}
+		mu.Lock()
+		conns = append(conns, conn)
+		mu.Unlock()
+		return func() (int64, error) {
+			name := "bench.test."
+			if fresh {
+				name = "n" + strconv.FormatInt(seq.Add(1), 10) + ".bench.test."
 			}
-			defer conn.Close()
-			var lat []time.Duration
-			var n, errs int64
-			for time.Now().Before(stop) {
-				name := "bench.test."
-				if fresh {
-					name = "n" + strconv.FormatInt(seq.Add(1), 10) + ".bench.test."
-				}
-				m := new(dns.Msg)
-				m.SetQuestion(name, dns.TypeA)
-				t0 := time.Now()
-				r, _, err := c.ExchangeWithConn(m, conn)
-				if err != nil || r.Rcode != dns.RcodeSuccess {
-					errs++
-					continue
-				}
-				lat = append(lat, time.Since(t0))
-				n++
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			r, _, err := c.ExchangeWithConn(m, conn)
+			if err == nil && r.Rcode != dns.RcodeSuccess {
+				err = fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
 			}
-			mu.Lock()
-			s.requests += n
-			s.errors += errs
-			s.lat = append(s.lat, lat...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	s.elapsed = time.Since(start)
-	finish(&s)
-	return s
+			return 0, err
+		}
+	})
 }
 
 // holdTunnels opens n tunnels through t to the upstream's HTTPS port,
